@@ -1,0 +1,96 @@
+//! The ground every semicrf backend stands on: validated inputs, the one [`Error`] type, the
+//! backend trait [`Engine`] with memory estimates and selection by memory budget, gold scoring
+//! and NLL, label-run ↔ segment conversion, and the f64 [`reference`] oracle.
+//!
+//! Users normally depend on the `semicrf` facade, which re-exports this crate; depend on it
+//! directly to write a backend.
+//!
+//! ```
+//! use ndarray::{Array2, Array3};
+//! use semicrf_core::{reference, Engine, Potentials, Problem, SemiringKind};
+//!
+//! let scores = Array3::<f64>::from_elem((1, 4, 2), 0.5);
+//! let transition = Array2::<f64>::zeros((2, 2));
+//! let lengths = [4];
+//! let p: Problem<f64> = Potentials::builder(scores.view(), &lengths, 3)
+//!     .transition(transition.view())
+//!     .build()?
+//!     .into();
+//! let log_z = Engine::<f64>::forward(&reference::Reference, &p, SemiringKind::Log)?;
+//! assert!(log_z[0].is_finite());
+//! # Ok::<(), semicrf_core::Error>(())
+//! ```
+//!
+//! # The model
+//!
+//! A segmentation tiles `[0, L_b)` with segments `(s, d, c)`, `d ∈ 1..=K`. Its score is
+//! `start[c_1] + Σ_i (Σ_{t ∈ seg_i} scores[t, c_i] + duration[d_i-1, c_i] + begin_boundary[s_i, c_i]
+//! + end_boundary[s_i+d_i-1, c_i]) + Σ_{i≥2} transition[c_{i-1}, c_i] + end[c_n]`, and
+//! `log Z = logsumexp` over all segmentations. Edge potentials `(B, T, K, C, C)` generalise it:
+//! [`materialize`] turns structured potentials into edges exactly.
+//!
+//! # Algorithms (per sequence)
+//!
+//! | algorithm | input | time | working memory |
+//! |---|---|---|---|
+//! | exact | edges (materialised if structured) | `O(T·K·C²)` | `O(T·K·C²)` edges + `O(T·C)` tables |
+//! | scan | edges (materialised if structured) | `O(T·K·C²)` | edges + `O(K·C)` ring, checkpoints |
+//! | streaming | structured | `O(T·C·(C+K))` (2-D transition) | `O(K·C + sqrt(T·K)·C)` |
+//!
+//! # Errors
+//!
+//! Every bad input is a typed [`Error`]; nothing panics. Each row has a test in
+//! `tests/errors.rs` of this crate.
+//!
+//! | condition | error |
+//! |---|---|
+//! | a tensor of the wrong rank (`scores` not 3-D, `transition` not 2-D or 3-D, ...) | [`Error::Rank`] |
+//! | a tensor of the wrong extents (names the tensor, expected vs got) | [`Error::Shape`] |
+//! | `B = 0` | [`Error::EmptyBatch`] |
+//! | `C = 0` | [`Error::NoLabels`] |
+//! | `K = 0` | [`Error::ZeroMaxDuration`] |
+//! | `lengths` has the wrong count | [`Error::LengthsCount`] |
+//! | a length of 0 or > T | [`Error::Length`] |
+//! | NaN or `+inf` in any tensor (names tensor and index) | [`Error::NonFinite`] |
+//! | upstream gradient of the wrong count or not finite | [`Error::Upstream`] |
+//! | a gradient asked where log Z = `-inf` | [`Error::Infeasible`] |
+//! | a gold segmentation that does not tile its sequence | [`Error::Segmentation`] |
+//! | a label run longer than K (unless splitting is asked) | [`Error::RunTooLong`] |
+//! | a memory budget too small for any backend | [`Error::MemoryBudget`] |
+//! | a backend that is unavailable (no driver, not compiled in) | [`Error::BackendUnavailable`] |
+//! | a backend that does not support the request | [`Error::Unsupported`] |
+//!
+//! # Crate features
+//!
+//! - `testing`: seeded random problem generators ([`testing`]) for test suites.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod engine;
+mod error;
+mod materialize;
+mod potentials;
+pub mod reference;
+mod scalar;
+mod segments;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use engine::{
+    Algorithm, Backward, Decoded, Device, Engine, Form, Gradients, Op, Query, Segment, Selection,
+    SemiringKind, check_feasible, check_upstream, human_bytes, select,
+};
+pub use error::{Error, Result};
+pub use materialize::{
+    boundary_marginals_from_edges, edge_tensor_bytes, materialize, position_marginals_from_edges,
+    pull_back,
+};
+pub use potentials::{
+    EdgePotentials, OwnedPotentials, Potentials, PotentialsBuilder, Problem, Shape, Transition,
+};
+pub use scalar::Scalar;
+pub use segments::{
+    gold_score, gold_score_edges, labels_from_segments, segments_from_labels,
+    validate_segmentation,
+};
+pub use semicrf_semiring::{LogSemiring, MaxSemiring, Semiring};

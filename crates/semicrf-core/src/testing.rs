@@ -1,0 +1,256 @@
+//! Seeded random problems for the test suites of every crate (feature `testing`).
+//!
+//! [`random_spec`] draws a small problem description spanning the cases of SPEC §7 (T = 1,
+//! K = 1, K ≥ T, K > T, C = 1, C not a power of two, ragged lengths including 1, `-inf`
+//! transitions that forbid most paths, an unreachable label, 2-D and 3-D transitions, boundary
+//! scores, start and end); [`random_problem`] draws the tensors.
+
+use ndarray::{Array, ArrayD, IxDyn};
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::{OwnedPotentials, Segment};
+
+/// The form of the transition tensor a generator draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransitionKind {
+    /// No transition tensor (zeros).
+    Absent,
+    /// `(C, C)`.
+    Static,
+    /// `(K, C, C)`.
+    DurationDependent,
+}
+
+/// What [`random_problem`] draws.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenSpec {
+    /// `B`.
+    pub batch: usize,
+    /// `T`.
+    pub len: usize,
+    /// `K`.
+    pub max_duration: usize,
+    /// `C`.
+    pub labels: usize,
+    /// Draw lengths in `1..=T` (the first sequence keeps `T`, the last has length 1 when
+    /// `B > 2`) instead of all `T`.
+    pub ragged: bool,
+    /// Transition form.
+    pub transition: TransitionKind,
+    /// Draw duration scores.
+    pub duration: bool,
+    /// Draw start scores.
+    pub start: bool,
+    /// Draw end scores.
+    pub end: bool,
+    /// Draw begin and end boundary scores.
+    pub boundaries: bool,
+    /// Scores are uniform in `[-scale, scale]`.
+    pub scale: f64,
+    /// Fraction of transition entries set to `-inf`.
+    pub forbid_transitions: f64,
+    /// Fraction of emission scores set to `-inf`.
+    pub forbid_scores: f64,
+    /// Make the last label unreachable (`-inf` transitions into it and `-inf` start).
+    pub unreachable_label: bool,
+}
+
+impl GenSpec {
+    /// A plain problem of shape `(B, T, K, C)` with a static transition and duration scores.
+    pub fn new(batch: usize, len: usize, max_duration: usize, labels: usize) -> Self {
+        GenSpec {
+            batch,
+            len,
+            max_duration,
+            labels,
+            ragged: false,
+            transition: TransitionKind::Static,
+            duration: true,
+            start: false,
+            end: false,
+            boundaries: false,
+            scale: 1.0,
+            forbid_transitions: 0.0,
+            forbid_scores: 0.0,
+            unreachable_label: false,
+        }
+    }
+}
+
+/// A seeded generator (ChaCha8, reproducible across platforms).
+pub fn rng(seed: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed)
+}
+
+/// A small random problem description for brute-force comparisons: at most a few thousand
+/// segmentations per sequence, spanning SPEC §7's cases.
+pub fn random_spec(seed: u64) -> GenSpec {
+    let mut r = rng(seed ^ 0x5eed_5eed);
+    let len = *pick(&mut r, &[1, 1, 2, 3, 4, 5, 6, 7]);
+    let labels = *pick(&mut r, &[1, 2, 3, 3, 5]);
+    let max_duration = *pick(&mut r, &[1, 2, 3, len, len + 2]);
+    // Keep brute force affordable.
+    let (len, max_duration) = if crate::reference::count_segmentations(len, max_duration, labels)
+        > 20_000
+    {
+        (len.min(4), max_duration.min(4))
+    } else {
+        (len, max_duration)
+    };
+    let transition = *pick(
+        &mut r,
+        &[
+            TransitionKind::Static,
+            TransitionKind::Static,
+            TransitionKind::DurationDependent,
+            TransitionKind::Absent,
+        ],
+    );
+    GenSpec {
+        batch: *pick(&mut r, &[1, 2, 3, 4]),
+        len,
+        max_duration,
+        labels,
+        ragged: r.random_bool(0.5),
+        transition,
+        duration: r.random_bool(0.8),
+        start: r.random_bool(0.5),
+        end: r.random_bool(0.5),
+        boundaries: r.random_bool(0.4),
+        scale: *pick(&mut r, &[0.5, 1.0, 2.0, 5.0]),
+        forbid_transitions: *pick(&mut r, &[0.0, 0.0, 0.3, 0.8]),
+        forbid_scores: *pick(&mut r, &[0.0, 0.0, 0.0, 0.2]),
+        unreachable_label: labels > 1 && r.random_bool(0.15),
+    }
+}
+
+fn pick<'a, T>(r: &mut impl RngCore, xs: &'a [T]) -> &'a T {
+    &xs[r.random_range(0..xs.len())]
+}
+
+/// Draws the tensors of `spec` from `seed`.
+pub fn random_problem(seed: u64, spec: &GenSpec) -> OwnedPotentials<f64> {
+    let mut r = rng(seed);
+    let (b, t, k, c) = (spec.batch, spec.len, spec.max_duration, spec.labels);
+    let uniform = |r: &mut ChaCha8Rng, shape: &[usize], forbid: f64| -> ArrayD<f64> {
+        Array::from_shape_fn(IxDyn(shape), |_| {
+            if forbid > 0.0 && r.random_bool(forbid) {
+                f64::NEG_INFINITY
+            } else {
+                r.random_range(-spec.scale..=spec.scale)
+            }
+        })
+    };
+    let scores = uniform(&mut r, &[b, t, c], spec.forbid_scores);
+    let mut transition = match spec.transition {
+        TransitionKind::Absent => None,
+        TransitionKind::Static => Some(uniform(&mut r, &[c, c], spec.forbid_transitions)),
+        TransitionKind::DurationDependent => {
+            Some(uniform(&mut r, &[k, c, c], spec.forbid_transitions))
+        }
+    };
+    let duration = spec.duration.then(|| uniform(&mut r, &[k, c], 0.0));
+    let mut start = spec.start.then(|| uniform(&mut r, &[c], 0.0));
+    let end = spec.end.then(|| uniform(&mut r, &[c], 0.0));
+    let (begin_boundary, end_boundary) = if spec.boundaries {
+        (
+            Some(uniform(&mut r, &[b, t, c], 0.0)),
+            Some(uniform(&mut r, &[b, t, c], 0.0)),
+        )
+    } else {
+        (None, None)
+    };
+    if spec.unreachable_label && c > 1 {
+        let last = c - 1;
+        let tr = transition.get_or_insert_with(|| ArrayD::zeros(IxDyn(&[c, c])));
+        let nd = tr.ndim();
+        for (idx, x) in tr.indexed_iter_mut() {
+            if idx[nd - 1] == last {
+                *x = f64::NEG_INFINITY;
+            }
+        }
+        start.get_or_insert_with(|| ArrayD::zeros(IxDyn(&[c])))[last] = f64::NEG_INFINITY;
+    }
+    let lengths = (0..b)
+        .map(|i| {
+            if !spec.ragged || i == 0 {
+                t
+            } else if i == b - 1 && b > 2 {
+                1
+            } else {
+                r.random_range(1..=t)
+            }
+        })
+        .collect();
+    OwnedPotentials {
+        scores,
+        transition,
+        duration,
+        start,
+        end,
+        begin_boundary,
+        end_boundary,
+        lengths,
+        max_duration: k,
+    }
+}
+
+/// A uniformly drawn valid segmentation of `len` positions (durations `1..=k`, labels `0..c`).
+pub fn random_segmentation(seed: u64, len: usize, k: usize, c: usize) -> Vec<Segment> {
+    let mut r = rng(seed);
+    let mut out = Vec::new();
+    let mut s = 0;
+    while s < len {
+        let d = r.random_range(1..=k.min(len - s));
+        out.push(Segment::new(s, d, r.random_range(0..c)));
+        s += d;
+    }
+    out
+}
+
+/// Named hand-picked cases of SPEC §7 (small enough for brute force).
+pub fn spec7_cases() -> Vec<(&'static str, GenSpec)> {
+    let base = GenSpec::new;
+    let with = |mut g: GenSpec, f: &dyn Fn(&mut GenSpec)| {
+        f(&mut g);
+        g
+    };
+    vec![
+        ("t_equals_1", base(2, 1, 3, 3)),
+        ("k_equals_1_linear_chain", base(2, 6, 1, 3)),
+        ("k_equals_t", base(1, 5, 5, 2)),
+        ("k_greater_than_t", base(2, 4, 7, 3)),
+        ("one_label", base(3, 6, 3, 1)),
+        ("five_labels", base(1, 4, 3, 5)),
+        (
+            "ragged_lengths_with_a_length_of_one",
+            with(base(4, 6, 3, 3), &|g| g.ragged = true),
+        ),
+        (
+            "neg_inf_transitions_forbid_most_paths",
+            with(base(2, 6, 3, 3), &|g| g.forbid_transitions = 0.7),
+        ),
+        (
+            "unreachable_label",
+            with(base(2, 5, 3, 3), &|g| g.unreachable_label = true),
+        ),
+        (
+            "duration_dependent_transition",
+            with(base(2, 5, 3, 3), &|g| g.transition = TransitionKind::DurationDependent),
+        ),
+        (
+            "boundary_start_and_end_scores",
+            with(base(2, 5, 3, 3), &|g| {
+                g.boundaries = true;
+                g.start = true;
+                g.end = true;
+            }),
+        ),
+        ("large_magnitude_scores", with(base(2, 6, 3, 3), &|g| g.scale = 1e4)),
+        (
+            "neg_inf_scores",
+            with(base(2, 6, 3, 3), &|g| g.forbid_scores = 0.3),
+        ),
+    ]
+}

@@ -1,0 +1,3 @@
+//! CPU backends of semicrf.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]

@@ -1,0 +1,1 @@
+//! CUDA backends of semicrf.
