@@ -228,7 +228,10 @@ pub trait Engine<F: Scalar>: Send + Sync {
 pub fn check_upstream(upstream: &[f64], batch: usize) -> Result<()> {
     if upstream.len() != batch {
         return Err(Error::Upstream {
-            reason: format!("{} values, expected one per sequence (B = {batch})", upstream.len()),
+            reason: format!(
+                "{} values, expected one per sequence (B = {batch})",
+                upstream.len()
+            ),
         });
     }
     if let Some((i, v)) = upstream.iter().enumerate().find(|(_, v)| !v.is_finite()) {

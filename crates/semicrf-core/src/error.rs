@@ -53,7 +53,9 @@ pub enum Error {
         max: usize,
     },
     /// A potential is NaN or `+inf` (`-inf` is legal: it forbids).
-    #[error("tensor `{tensor}` holds {value} at index {index:?}; potentials must be finite or -inf")]
+    #[error(
+        "tensor `{tensor}` holds {value} at index {index:?}; potentials must be finite or -inf"
+    )]
     NonFinite {
         /// Name of the tensor.
         tensor: &'static str,

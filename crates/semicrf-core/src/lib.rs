@@ -90,7 +90,6 @@ pub use potentials::{
 };
 pub use scalar::Scalar;
 pub use segments::{
-    gold_score, gold_score_edges, labels_from_segments, segments_from_labels,
-    validate_segmentation,
+    gold_score, gold_score_edges, labels_from_segments, segments_from_labels, validate_segmentation,
 };
 pub use semicrf_semiring::{LogSemiring, MaxSemiring, Semiring};

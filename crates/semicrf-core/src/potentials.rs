@@ -196,8 +196,13 @@ impl<'a, F: Scalar> PotentialsBuilder<'a, F> {
             &[b, t, c],
             "(B, T, C)",
         )?;
-        let end_boundary =
-            opt_view::<Ix3, F>(self.end_boundary, "end_boundary", "3", &[b, t, c], "(B, T, C)")?;
+        let end_boundary = opt_view::<Ix3, F>(
+            self.end_boundary,
+            "end_boundary",
+            "3",
+            &[b, t, c],
+            "(B, T, C)",
+        )?;
 
         check_values("scores", &scores)?;
         match &transition {
@@ -306,7 +311,9 @@ impl<'a, F: Scalar> Potentials<'a, F> {
     /// `duration[d-1, c]` as `f64` (0 when absent).
     #[inline]
     pub fn duration_at(&self, d: usize, c: usize) -> f64 {
-        self.duration.as_ref().map_or(0.0, |t| t[[d - 1, c]].as_f64())
+        self.duration
+            .as_ref()
+            .map_or(0.0, |t| t[[d - 1, c]].as_f64())
     }
     /// `start[c]` as `f64` (0 when absent).
     #[inline]
@@ -573,7 +580,10 @@ fn check_lengths(lengths: &[usize], b: usize, t: usize) -> Result<()> {
 }
 
 /// Rejects NaN and `+inf`, naming the first bad element in row-major order.
-fn check_values<F: Scalar, D: Dimension>(tensor: &'static str, v: &ArrayView<'_, F, D>) -> Result<()> {
+fn check_values<F: Scalar, D: Dimension>(
+    tensor: &'static str,
+    v: &ArrayView<'_, F, D>,
+) -> Result<()> {
     let bad = |x: F| x.is_nan() || x == F::infinity();
     // Fast path over contiguous memory; the slow path finds the index.
     let any_bad = match v.as_slice_memory_order() {

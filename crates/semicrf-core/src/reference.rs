@@ -319,7 +319,8 @@ impl<F: Scalar> Engine<F> for Reference {
         check_feasible(&log_z)?;
         let boundary_marginals = crate::boundary_marginals_from_edges(mu.view());
         for (b, &g) in upstream.iter().enumerate() {
-            mu.index_axis_mut(ndarray::Axis(0), b).mapv_inplace(|x| x * g);
+            mu.index_axis_mut(ndarray::Axis(0), b)
+                .mapv_inplace(|x| x * g);
         }
         let grad = match problem {
             Problem::Structured(p) => pull_back(p, mu.view()),

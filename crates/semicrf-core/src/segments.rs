@@ -29,7 +29,10 @@ pub fn validate_segmentation(
             ));
         }
         if s.label >= labels {
-            return bad(format!("segment {n} has label {}, expected 0..{labels}", s.label));
+            return bad(format!(
+                "segment {n} has label {}, expected 0..{labels}",
+                s.label
+            ));
         }
         pos += s.duration;
     }

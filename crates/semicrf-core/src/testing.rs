@@ -91,13 +91,12 @@ pub fn random_spec(seed: u64) -> GenSpec {
     let labels = *pick(&mut r, &[1, 2, 3, 3, 5]);
     let max_duration = *pick(&mut r, &[1, 2, 3, len, len + 2]);
     // Keep brute force affordable.
-    let (len, max_duration) = if crate::reference::count_segmentations(len, max_duration, labels)
-        > 20_000
-    {
-        (len.min(4), max_duration.min(4))
-    } else {
-        (len, max_duration)
-    };
+    let (len, max_duration) =
+        if crate::reference::count_segmentations(len, max_duration, labels) > 20_000 {
+            (len.min(4), max_duration.min(4))
+        } else {
+            (len, max_duration)
+        };
     let transition = *pick(
         &mut r,
         &[
@@ -237,7 +236,9 @@ pub fn spec7_cases() -> Vec<(&'static str, GenSpec)> {
         ),
         (
             "duration_dependent_transition",
-            with(base(2, 5, 3, 3), &|g| g.transition = TransitionKind::DurationDependent),
+            with(base(2, 5, 3, 3), &|g| {
+                g.transition = TransitionKind::DurationDependent
+            }),
         ),
         (
             "boundary_start_and_end_scores",
@@ -247,7 +248,10 @@ pub fn spec7_cases() -> Vec<(&'static str, GenSpec)> {
                 g.end = true;
             }),
         ),
-        ("large_magnitude_scores", with(base(2, 6, 3, 3), &|g| g.scale = 1e4)),
+        (
+            "large_magnitude_scores",
+            with(base(2, 6, 3, 3), &|g| g.scale = 1e4),
+        ),
         (
             "neg_inf_scores",
             with(base(2, 6, 3, 3), &|g| g.forbid_scores = 0.3),

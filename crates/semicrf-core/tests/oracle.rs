@@ -21,7 +21,10 @@ fn problems() -> Vec<(String, OwnedPotentials<f64>)> {
         .map(|(i, (name, g))| (name.to_string(), random_problem(1000 + i as u64, &g)))
         .collect();
     for seed in 0..400u64 {
-        v.push((format!("seed {seed}"), random_problem(seed, &random_spec(seed))));
+        v.push((
+            format!("seed {seed}"),
+            random_problem(seed, &random_spec(seed)),
+        ));
     }
     v
 }
@@ -37,12 +40,23 @@ fn reference_exact_forward_and_viterbi_agree_with_brute_force() {
         let vit = reference::viterbi(e.view(), p.lengths());
         for b in 0..p.shape().batch {
             let bf = reference::brute_force(&p, b).unwrap();
-            assert!(rel_close(lz[b], bf.log_z, 1e-12), "{name} b={b}: {} vs {}", lz[b], bf.log_z);
+            assert!(
+                rel_close(lz[b], bf.log_z, 1e-12),
+                "{name} b={b}: {} vs {}",
+                lz[b],
+                bf.log_z
+            );
             assert!(rel_close(mx[b], bf.max, 1e-12), "{name} b={b}: max");
-            assert!(rel_close(vit[b].score, bf.max, 1e-12), "{name} b={b}: viterbi");
+            assert!(
+                rel_close(vit[b].score, bf.max, 1e-12),
+                "{name} b={b}: viterbi"
+            );
             if bf.max.is_finite() {
                 let g = gold_score(&p, b, &vit[b].segments).unwrap();
-                assert!(rel_close(g, vit[b].score, 1e-12), "{name} b={b}: gold of viterbi");
+                assert!(
+                    rel_close(g, vit[b].score, 1e-12),
+                    "{name} b={b}: gold of viterbi"
+                );
             } else {
                 assert!(vit[b].segments.is_empty());
             }
@@ -95,7 +109,11 @@ fn reference_edge_marginals_match_finite_differences_of_log_z() {
             ep[idx] = x - h;
             let dn = reference::forward_log(ep.view(), p.lengths())[idx.0];
             let fd = (up - dn) / (2.0 * h);
-            assert!((fd - mu[idx]).abs() < 1e-8, "seed {seed} {idx:?}: {fd} vs {}", mu[idx]);
+            assert!(
+                (fd - mu[idx]).abs() < 1e-8,
+                "seed {seed} {idx:?}: {fd} vs {}",
+                mu[idx]
+            );
         }
     }
 }
@@ -107,15 +125,26 @@ fn gold_score_of_a_random_segmentation_never_exceeds_log_z() {
         let owned = random_problem(seed, &g);
         let p = owned.view().unwrap();
         for b in 0..g.batch {
-            let segs = random_segmentation(seed * 31 + b as u64, p.lengths()[b], g.max_duration, g.labels);
+            let segs = random_segmentation(
+                seed * 31 + b as u64,
+                p.lengths()[b],
+                g.max_duration,
+                g.labels,
+            );
             let gold = gold_score(&p, b, &segs).unwrap();
             let bf = reference::brute_force(&p, b).unwrap();
             if gold == f64::NEG_INFINITY {
                 continue;
             }
-            assert!(bf.log_z.is_finite(), "seed {seed}: finite gold but log Z = -inf");
+            assert!(
+                bf.log_z.is_finite(),
+                "seed {seed}: finite gold but log Z = -inf"
+            );
             let nll = bf.log_z - gold;
-            assert!(nll >= -1e-12 * bf.log_z.abs().max(1.0), "NLL {nll} < 0 at seed {seed}");
+            assert!(
+                nll >= -1e-12 * bf.log_z.abs().max(1.0),
+                "NLL {nll} < 0 at seed {seed}"
+            );
             let _ = gold_score_edges::<LogSemiring, f64>;
         }
     }

@@ -107,7 +107,8 @@ impl Semiring for MaxSemiring {
 
     #[inline]
     fn sum<F: Float>(xs: &[F]) -> F {
-        xs.iter().fold(F::neg_infinity(), |m, &x| if x > m { x } else { m })
+        xs.iter()
+            .fold(F::neg_infinity(), |m, &x| if x > m { x } else { m })
     }
 }
 
@@ -164,13 +165,18 @@ mod tests {
     }
 
     fn values() -> Vec<f64> {
-        vec![NINF, -1e300, -1e4, -3.5, -1.0, 0.0, 0.5, 2.0, 1e3, 1e4, 1e300]
+        vec![
+            NINF, -1e300, -1e4, -3.5, -1.0, 0.0, 0.5, 2.0, 1e3, 1e4, 1e300,
+        ]
     }
 
     #[test]
     fn log_plus_of_two_neg_infinities_is_neg_infinity_not_nan() {
         assert_eq!(LogSemiring::plus(NINF, NINF), NINF);
-        assert_eq!(LogSemiring::plus(f32::NEG_INFINITY, f32::NEG_INFINITY), f32::NEG_INFINITY);
+        assert_eq!(
+            LogSemiring::plus(f32::NEG_INFINITY, f32::NEG_INFINITY),
+            f32::NEG_INFINITY
+        );
         assert_eq!(LogSemiring::sum(&[NINF; 7]), NINF);
         assert_eq!(LogSemiring::sum::<f32>(&[]), f32::NEG_INFINITY);
         assert_eq!(MaxSemiring::sum(&[NINF; 3]), NINF);
@@ -186,7 +192,10 @@ mod tests {
         let big = LogSemiring::sum(&[3e38f32, 3e38, 3e38]);
         assert!(big.is_finite());
         let s = LogSemiring::sum(&[700.0f64, 710.0, 720.0]);
-        assert!(close(s, 720.0 + (1.0 + (-10f64).exp() + (-20f64).exp()).ln()));
+        assert!(close(
+            s,
+            720.0 + (1.0 + (-10f64).exp() + (-20f64).exp()).ln()
+        ));
     }
 
     #[test]
