@@ -1,31 +1,210 @@
-//! The streaming algorithm on the CPU (placeholder until implemented).
+//! The streaming algorithm on the CPU: structured potentials, edges never materialised.
+//!
+//! # Recurrences (SPEC §3–§5)
+//!
+//! With `P[t, c] = Σ_{u<t} scores[u, c]` (prefix sums in `f64`) and
+//! `seg(s, d, j) = P[s+d, j] - P[s, j] + duration[d-1, j] + begin_boundary[s, j]
+//! + end_boundary[s+d-1, j]`, the forward pass for a static `(C, C)` transition is
+//!
+//! ```text
+//! u_0(j) = start[j],        u_s(j) = ⊕_i α_s(i) ⊗ transition[i, j]          (s ≥ 1)
+//! α_t(j) = ⊕_{d=1..min(K,t)} u_{t-d}(j) ⊗ seg(t-d, d, j)
+//! log Z  = ⊕_j α_L(j) ⊗ end[j]
+//! ```
+//!
+//! The ring holds, per label and for the last `K` starts, `v_s(j) = u_s(j) +
+//! begin_boundary[s, j] - P[s, j]`, so that `α_t(j) = P[t, j] + end_boundary[t-1, j] +
+//! ⊕_d (v_{t-d}(j) ⊗ duration[d-1, j])`: a log-sum-exp of two contiguous slices (the ring is
+//! stored twice over, so the window of the last `K` starts never wraps).
+//!
+//! `-inf` scores are legal and forbid a label at a position. The prefix sums keep only the
+//! finite part; instead of differencing infinities (`-inf - -inf` is NaN) each label tracks the
+//! last position with a `-inf` score, and the window of admissible durations ends there.
+//!
+//! With a duration-dependent `(K, C, C)` transition the factorization does not apply: the
+//! ring holds `α_s` and `α_t(j) = ⊕_{d} ⊕_i α_{t-d}(i) ⊗ transition[d-1, i, j] ⊗ seg(t-d, d, j)`
+//! (with `start[j]` in place of the inner sum when `t-d = 0`).
+//!
+//! The backward pass mirrors it: `β_L(j) = end[j]`,
+//! `γ_s(j) = ⊕_d seg(s, d, j) ⊗ β_{s+d}(j)` and `β_s(i) = ⊕_j transition[i, j] ⊗ γ_s(j)`,
+//! with a ring of `β_e(j) + P[e, j] + end_boundary[e-1, j]`. Gradients are expected counts:
+//! duration `Σ_s exp(u_s + seg + β_{s+d} - log Z)`, transition
+//! `Σ_s exp(α_s(i) + transition[i, j] + γ_s(j) - log Z)`, begin boundary `exp(u_s + γ_s -
+//! log Z)`, end boundary `exp(α_e + β_e - log Z)`, and the position marginals (the gradient of
+//! the scores) are the number of segments of label `c` ending after `t` minus those starting
+//! after `t`, accumulated from the end. Shared parameters are summed per sequence and then
+//! over the batch in ascending order, so results are bitwise identical for every thread
+//! count.
+//!
+//! Viterbi runs the max semiring and keeps, per position and label, the best duration of a
+//! segment ending there and the best previous label of a segment starting there (`O(T·C)`
+//! 32-bit integers). Ties: the smaller duration, then the smaller previous label; the final
+//! label is the smallest best index.
+//!
+//! # Checkpoints
+//!
+//! The backward pass first runs the forward pass, saving the forward state (ring, prefix sums,
+//! last `-inf` positions) every `Δ` positions; the saved ring is stored minus its largest
+//! finite value, the shift kept separately in `f64`. Then, for each interval from the last to
+//! the first, it restores the checkpoint, recomputes `α`, `u` and `P` inside the interval
+//! (`O(Δ·C)`) and runs `β` down through it with its own ring. `Δ` is
+//! [`StreamingEngine::checkpoint_interval`] or, by default, `max(K, ⌈sqrt(T·K)⌉)`.
+//!
+//! # Cost per sequence
+//!
+//! | | time | working memory |
+//! |---|---|---|
+//! | forward, static transition | `O(T·C·(C+K))` | `O(K·C)` |
+//! | forward, `(K, C, C)` transition | `O(T·K·C²)` | `O(K·C)` |
+//! | forward + backward | about 3× the forward | `O(K·C + (T/Δ)·K·C + Δ·C)`, `O(sqrt(T·K)·C)` at the default `Δ` |
+//! | Viterbi | the forward | `O(K·C)` + `8·T·C` bytes of backpointers |
+//!
+//! [`StreamingEngine::memory_bytes`] gives the exact formula used by
+//! [`Engine::memory_required`].
+//!
+//! # Numerics
+//!
+//! Everything inside is `f64`, whatever the input type. Log-sum-exps subtract their maximum
+//! and return `-inf` when it is `-inf` (no NaN, no clamping); `exp` of the non-positive
+//! shifted terms uses a vectorisable polynomial accurate to about `1e-15` relative.
 
+mod kernels;
+mod seq;
+
+use ndarray::{Array1, Array2, Array3, ArrayD, IxDyn};
+use rayon::prelude::*;
 use semicrf_core::{
-    Algorithm, Backward, Decoded, Device, Engine, Error, Problem, Query, Result, Scalar,
-    SemiringKind,
+    Algorithm, Backward, Decoded, Device, Engine, Error, Form, Gradients, Op, Potentials, Problem,
+    Query, Result, Scalar, SemiringKind, Shape, check_feasible, check_upstream,
 };
 
-use crate::Parallelism;
+use crate::{Parallelism, map_indexed};
+use seq::{Fwd, Params, Partials, SeqIn, SeqOut};
 
-/// The streaming engine on the CPU.
+/// The streaming engine on the CPU: the factorized `O(T·C·(C+K))` recurrence over structured
+/// potentials, with a checkpointed backward pass in `O(sqrt(T·K)·C)` memory per sequence.
+///
+/// ```
+/// use ndarray::{Array2, Array3};
+/// use semicrf_core::{Engine, Potentials, Problem, SemiringKind};
+/// use semicrf_cpu::StreamingEngine;
+///
+/// let scores = Array3::<f32>::from_elem((2, 50, 4), 0.1);
+/// let transition = Array2::<f32>::zeros((4, 4));
+/// let lengths = [50, 20];
+/// let p: Problem<f32> = Potentials::builder(scores.view(), &lengths, 6)
+///     .transition(transition.view())
+///     .build()?
+///     .into();
+/// let engine = StreamingEngine::new().checkpoint_interval(Some(16));
+/// let log_z = engine.forward(&p, SemiringKind::Log)?;
+/// let bw = engine.backward(&p, &[1.0, 1.0])?;
+/// assert!((bw.log_z[0] - log_z[0]).abs() < 1e-9);
+/// # Ok::<(), semicrf_core::Error>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct StreamingEngine {
-    /// Threading.
+    /// Threading: over the sequences of the batch.
     pub parallelism: Parallelism,
+    /// Positions between saved forward states in the backward pass; `None` picks
+    /// `max(K, ⌈sqrt(T·K)⌉)`, which minimises memory. Any value `>= 1` gives the same results
+    /// up to rounding.
+    pub checkpoint_interval: Option<usize>,
 }
 
+const F64: u64 = 8;
+/// Allowance for allocator bookkeeping and small vectors per sequence.
+const PER_SEQUENCE_SLACK: u64 = 1024;
+/// Allowance for the batch-level vectors of results and the thread pool's job queue.
+const CONSTANT_SLACK: u64 = 64 * 1024;
+
 impl StreamingEngine {
-    /// An engine with default settings.
+    /// An engine with default settings (rayon, automatic checkpoint interval).
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// Sets the threading mode.
+    pub fn parallelism(mut self, parallelism: Parallelism) -> Self {
+        self.parallelism = parallelism;
+        self
+    }
+
+    /// Sets the checkpoint interval `Δ` of the backward pass (`None`: automatic).
+    pub fn checkpoint_interval(mut self, delta: Option<usize>) -> Self {
+        self.checkpoint_interval = delta;
+        self
+    }
+
+    /// The checkpoint interval used for `shape`: the configured one (at least 1) or
+    /// `max(K, ⌈sqrt(T·K)⌉)`.
+    pub fn delta(&self, shape: Shape) -> usize {
+        match self.checkpoint_interval {
+            Some(d) => d.max(1),
+            None => {
+                let tk = (shape.len as f64) * (shape.max_duration as f64);
+                (tk.sqrt().ceil() as usize).max(shape.max_duration).max(1)
+            }
+        }
+    }
+
+    /// Working bytes of `op` on `shape` beyond inputs and returned outputs, with `dd` for a
+    /// `(K, C, C)` transition. With `f = 8` bytes, `n = ⌈(T+1)/Δ'⌉` checkpoints,
+    /// `Δ' = min(Δ, T+1)`, `R = C²` (static) or `K·C²` (duration-dependent):
+    ///
+    /// - parameters: `f·(2R + 2K·C + 2C)`;
+    /// - forward state per sequence: `f·(2K·C + 5C + 2·max(K, C))`;
+    /// - forward: parameters + `B ×` forward state;
+    /// - Viterbi: forward + `B × 8(T+1)·C` bytes of backpointers;
+    /// - backward, per sequence: forward state + `n` checkpoints of `f·(K·C + 2C + 2)`
+    ///   (`2K·C` for duration-dependent) + recomputed interval `f·3Δ'·C` + backward state
+    ///   `f·(2K·C + 10C + max(K, C))` (plus `2K·C` for duration-dependent) + shared-parameter
+    ///   partials `f·(R + K·C + 2C)`, the partials of all `B` sequences being alive at once;
+    ///
+    /// plus 1 KiB per sequence and 64 KiB for bookkeeping. Sequences shorter than `T` need
+    /// less. Every term is linear in `B`; the forward is flat in `T`.
+    pub fn memory_bytes(&self, shape: Shape, dd: bool, op: Op) -> u64 {
+        let (b, t, k, c) = (
+            shape.batch as u64,
+            shape.len as u64,
+            shape.max_duration as u64,
+            shape.labels as u64,
+        );
+        let r = if dd { k * c * c } else { c * c };
+        let params = F64 * (2 * r + 2 * k * c + 2 * c);
+        let fwd = F64 * Fwd::f64s(k as usize, c as usize) as u64;
+        let per_seq = match op {
+            Op::Forward(_) => fwd,
+            Op::Viterbi => fwd + 8 * (t + 1) * c,
+            Op::Backward => {
+                let delta = seq::interval(self.delta(shape), shape.len) as u64;
+                let n = (t + 1).div_ceil(delta);
+                let cp = F64 * seq::checkpoint_f64s(shape.max_duration, shape.labels, dd) as u64;
+                let bwd = F64
+                    * seq::backward_f64s(shape.max_duration, shape.labels, dd, delta as usize)
+                        as u64;
+                let partials = F64 * (r + k * c + 2 * c);
+                fwd + n * cp + bwd + partials
+            }
+        };
+        params
+            .saturating_add(b.saturating_mul(per_seq + PER_SEQUENCE_SLACK))
+            .saturating_add(CONSTANT_SLACK)
+    }
 }
 
-fn missing() -> Error {
+fn structured<'p, 'a, F>(problem: &'p Problem<'a, F>) -> Result<&'p Potentials<'a, F>> {
+    match problem {
+        Problem::Structured(p) => Ok(p),
+        Problem::Edges(_) => Err(edges_unsupported()),
+    }
+}
+
+fn edges_unsupported() -> Error {
     Error::Unsupported {
         backend: "cpu/streaming".into(),
-        what: "any request yet (not implemented)".into(),
+        what: "edge potentials (streaming needs structured potentials)".into(),
     }
 }
 
@@ -36,19 +215,127 @@ impl<F: Scalar> Engine<F> for StreamingEngine {
     fn device(&self) -> Device {
         Device::Cpu
     }
-    fn check(&self, _query: &Query) -> Result<()> {
-        Err(missing())
+    fn check(&self, query: &Query) -> Result<()> {
+        match query.form {
+            Form::Structured { .. } => Ok(()),
+            Form::Edges => Err(edges_unsupported()),
+        }
     }
-    fn memory_required(&self, _query: &Query) -> u64 {
-        0
+    fn memory_required(&self, query: &Query) -> u64 {
+        let dd = matches!(
+            query.form,
+            Form::Structured {
+                duration_dependent_transition: true
+            }
+        );
+        self.memory_bytes(query.shape, dd, query.op)
     }
-    fn forward(&self, _problem: &Problem<'_, F>, _semiring: SemiringKind) -> Result<Vec<f64>> {
-        Err(missing())
+    fn forward(&self, problem: &Problem<'_, F>, semiring: SemiringKind) -> Result<Vec<f64>> {
+        let p = structured(problem)?;
+        let par = Params::new(p);
+        let n = p.shape().batch;
+        Ok(map_indexed(self.parallelism, n, |b| {
+            let s = SeqIn::new(p, b);
+            match semiring {
+                SemiringKind::Log => seq::forward::<false, F>(&s, &par),
+                SemiringKind::Max => seq::forward::<true, F>(&s, &par),
+            }
+        }))
     }
-    fn backward(&self, _problem: &Problem<'_, F>, _upstream: &[f64]) -> Result<Backward> {
-        Err(missing())
+    fn backward(&self, problem: &Problem<'_, F>, upstream: &[f64]) -> Result<Backward> {
+        let p = structured(problem)?;
+        let sh = p.shape();
+        check_upstream(upstream, sh.batch)?;
+        let par = Params::new(p);
+        let delta = self.delta(sh);
+        let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
+        let mut scores = Array3::<f64>::zeros((bn, t, c));
+        let mut bb = p.begin_boundary().map(|_| Array3::<f64>::zeros((bn, t, c)));
+        let mut eb = p.end_boundary().map(|_| Array3::<f64>::zeros((bn, t, c)));
+        let mut bm = Array2::<f64>::zeros((bn, t));
+        let chunk = (t * c).max(1);
+        let mut bb_chunks = bb
+            .as_mut()
+            .map(|a| a.as_slice_mut().expect("standard layout").chunks_mut(chunk));
+        let mut eb_chunks = eb
+            .as_mut()
+            .map(|a| a.as_slice_mut().expect("standard layout").chunks_mut(chunk));
+        let jobs: Vec<(usize, SeqOut<'_>)> = scores
+            .as_slice_mut()
+            .expect("standard layout")
+            .chunks_mut(chunk)
+            .zip(
+                bm.as_slice_mut()
+                    .expect("standard layout")
+                    .chunks_mut(t.max(1)),
+            )
+            .enumerate()
+            .map(|(b, (sc, bmr))| {
+                let out = SeqOut {
+                    scores: sc,
+                    bb: bb_chunks.as_mut().and_then(Iterator::next),
+                    eb: eb_chunks.as_mut().and_then(Iterator::next),
+                    bm: bmr,
+                };
+                (b, out)
+            })
+            .collect();
+        let run = |(b, out): (usize, SeqOut<'_>)| -> (f64, Partials) {
+            let s = SeqIn::new(p, b);
+            seq::backward(&s, &par, delta, upstream[b], out)
+        };
+        let results: Vec<(f64, Partials)> = match self.parallelism {
+            Parallelism::Sequential => jobs.into_iter().map(run).collect(),
+            Parallelism::Rayon => jobs.into_par_iter().map(run).collect(),
+        };
+        let log_z: Vec<f64> = results.iter().map(|r| r.0).collect();
+        check_feasible(&log_z)?;
+        // Shared parameters: sum over the batch in ascending order.
+        let mut tr = vec![0.0; par.tr.len()];
+        let mut dur = vec![0.0; k * c];
+        let mut start = vec![0.0; c];
+        let mut end = vec![0.0; c];
+        for (b, (_, pt)) in results.iter().enumerate() {
+            let g = upstream[b];
+            for (dst, src) in [
+                (&mut tr, &pt.tr),
+                (&mut dur, &pt.dur),
+                (&mut start, &pt.start),
+                (&mut end, &pt.end),
+            ] {
+                for (d, &s) in dst.iter_mut().zip(src.iter()) {
+                    *d += g * s;
+                }
+            }
+        }
+        let transition = if par.dd {
+            ArrayD::from_shape_fn(IxDyn(&[k, c, c]), |ix| {
+                tr[ix[1] * k * c + ix[0] * c + ix[2]]
+            })
+        } else {
+            ArrayD::from_shape_fn(IxDyn(&[c, c]), |ix| tr[ix[0] * c + ix[1]])
+        };
+        let duration = Array2::from_shape_fn((k, c), |(d, j)| dur[j * k + d]);
+        Ok(Backward {
+            log_z,
+            grad: Gradients {
+                scores: Some(scores),
+                transition: Some(transition),
+                duration: Some(duration),
+                start: Some(Array1::from(start)),
+                end: Some(Array1::from(end)),
+                begin_boundary: bb,
+                end_boundary: eb,
+                edges: None,
+            },
+            boundary_marginals: bm,
+        })
     }
-    fn viterbi(&self, _problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
-        Err(missing())
+    fn viterbi(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
+        let p = structured(problem)?;
+        let par = Params::new(p);
+        Ok(map_indexed(self.parallelism, p.shape().batch, |b| {
+            seq::viterbi(&SeqIn::new(p, b), &par)
+        }))
     }
 }

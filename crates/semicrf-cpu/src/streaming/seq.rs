@@ -1,0 +1,899 @@
+//! Per-sequence recurrences: the forward state (one step per position), checkpoints, the
+//! checkpointed backward pass and Viterbi with backpointers. Everything is `f64` inside.
+
+use ndarray::{ArrayView2, Axis};
+use semicrf_core::{Decoded, Potentials, Scalar, Segment, Transition};
+
+use super::kernels::{argmax_add, exp_shift_sum, lse_add, max_of};
+
+const NEG: f64 = f64::NEG_INFINITY;
+
+/// Shared parameters converted once to `f64` in the layouts the loops want.
+#[derive(Debug)]
+pub(crate) struct Params {
+    /// `K`.
+    pub k: usize,
+    /// `C`.
+    pub c: usize,
+    /// Whether the transition is `(K, C, C)`.
+    pub dd: bool,
+    /// Static: `tr[i*C + j]`. Duration-dependent: `tr[i*K*C + (d-1)*C + j]`.
+    pub tr: Vec<f64>,
+    /// Static: `tr_t[j*C + i]`. Duration-dependent: `tr_t[(d-1)*C*C + j*C + i]`.
+    pub tr_t: Vec<f64>,
+    /// `dur[j*K + d-1]`.
+    pub dur: Vec<f64>,
+    /// `dur_rev[j*K + K-d]` (reversed over `d`, for windows that run in increasing start).
+    pub dur_rev: Vec<f64>,
+    /// `start[j]`.
+    pub start: Vec<f64>,
+    /// `end[j]`.
+    pub end: Vec<f64>,
+}
+
+impl Params {
+    pub(crate) fn new<F: Scalar>(p: &Potentials<'_, F>) -> Self {
+        let sh = p.shape();
+        let (k, c) = (sh.max_duration, sh.labels);
+        let dd = p.has_duration_dependent_transition();
+        let mut tr;
+        let mut tr_t;
+        match p.transition() {
+            Some(Transition::DurationDependent(t)) => {
+                tr = vec![0.0; k * c * c];
+                tr_t = vec![0.0; k * c * c];
+                for d in 0..k {
+                    for i in 0..c {
+                        for j in 0..c {
+                            let x = t[[d, i, j]].as_f64();
+                            tr[i * k * c + d * c + j] = x;
+                            tr_t[d * c * c + j * c + i] = x;
+                        }
+                    }
+                }
+            }
+            other => {
+                tr = vec![0.0; c * c];
+                tr_t = vec![0.0; c * c];
+                if let Some(Transition::Static(t)) = other {
+                    for i in 0..c {
+                        for j in 0..c {
+                            let x = t[[i, j]].as_f64();
+                            tr[i * c + j] = x;
+                            tr_t[j * c + i] = x;
+                        }
+                    }
+                }
+            }
+        }
+        let mut dur = vec![0.0; k * c];
+        let mut dur_rev = vec![0.0; k * c];
+        for j in 0..c {
+            for d in 1..=k {
+                let x = p.duration_at(d, j);
+                dur[j * k + d - 1] = x;
+                dur_rev[j * k + k - d] = x;
+            }
+        }
+        Params {
+            k,
+            c,
+            dd,
+            tr,
+            tr_t,
+            dur,
+            dur_rev,
+            start: (0..c).map(|j| p.start_at(j)).collect(),
+            end: (0..c).map(|j| p.end_at(j)).collect(),
+        }
+    }
+}
+
+/// The per-sequence inputs of sequence `b`.
+pub(crate) struct SeqIn<'a, F> {
+    scores: ArrayView2<'a, F>,
+    bb: Option<ArrayView2<'a, F>>,
+    eb: Option<ArrayView2<'a, F>>,
+    /// `L_b`.
+    pub len: usize,
+}
+
+impl<'a, F: Scalar> SeqIn<'a, F> {
+    pub(crate) fn new(p: &Potentials<'a, F>, b: usize) -> Self {
+        SeqIn {
+            scores: (*p.scores()).index_axis_move(Axis(0), b),
+            bb: p.begin_boundary().map(|x| (*x).index_axis_move(Axis(0), b)),
+            eb: p.end_boundary().map(|x| (*x).index_axis_move(Axis(0), b)),
+            len: p.lengths()[b],
+        }
+    }
+    #[inline]
+    fn read(v: &ArrayView2<'a, F>, t: usize, out: &mut [f64]) {
+        for (o, x) in out.iter_mut().zip(v.row(t).iter()) {
+            *o = x.as_f64();
+        }
+    }
+    /// `scores[t, ·]`.
+    #[inline]
+    pub(crate) fn scores_row(&self, t: usize, out: &mut [f64]) {
+        Self::read(&self.scores, t, out);
+    }
+    /// `begin_boundary[t, ·]` (zeros when absent).
+    #[inline]
+    pub(crate) fn bb_row(&self, t: usize, out: &mut [f64]) {
+        match &self.bb {
+            Some(v) => Self::read(v, t, out),
+            None => out.fill(0.0),
+        }
+    }
+    /// `end_boundary[t, ·]` (zeros when absent).
+    #[inline]
+    pub(crate) fn eb_row(&self, t: usize, out: &mut [f64]) {
+        match &self.eb {
+            Some(v) => Self::read(v, t, out),
+            None => out.fill(0.0),
+        }
+    }
+}
+
+/// The forward state of one sequence, advanced one position at a time by [`Fwd::step`].
+///
+/// Static transition: `ring[j*2K + slot]` holds `v_s(j) = u_s(j) + begin_boundary[s, j] -
+/// P[s, j]` at `slot = s mod K` and again at `slot + K` (a doubled ring, so that the window
+/// of the last `K` starts is one contiguous slice per label). Duration-dependent transition:
+/// `ring[slot*C + i] = α_s(i)` and `qring[slot*C + j] = begin_boundary[s, j] - P[s, j]`.
+#[derive(Clone, Debug)]
+pub(crate) struct Fwd {
+    k: usize,
+    c: usize,
+    dd: bool,
+    ring: Vec<f64>,
+    qring: Vec<f64>,
+    /// `P[p, ·]`, finite part (`-inf` scores count as 0; `z` tracks them).
+    pub pref: Vec<f64>,
+    /// The first start whose segment up to `p` contains no `-inf` score, per label.
+    z: Vec<usize>,
+    /// `α_p`.
+    pub alpha: Vec<f64>,
+    /// `u_p` (static transition only).
+    pub u: Vec<f64>,
+    buf: Vec<f64>,
+    terms: Vec<f64>,
+    row: Vec<f64>,
+}
+
+/// A saved forward state: the ring minus its finite maximum (kept in `shift`), `P` and `z`.
+#[derive(Clone, Debug)]
+pub(crate) struct Checkpoints {
+    per: usize,
+    ring: Vec<f64>,
+    shift: Vec<f64>,
+    pref: Vec<f64>,
+    z: Vec<usize>,
+}
+
+impl Checkpoints {
+    pub(crate) fn new(n: usize, k: usize, c: usize, dd: bool) -> Self {
+        let per = if dd { 2 * k * c } else { k * c };
+        Checkpoints {
+            per,
+            ring: vec![0.0; n * per],
+            shift: vec![0.0; 2 * n],
+            pref: vec![0.0; n * c],
+            z: vec![0; n * c],
+        }
+    }
+}
+
+/// Doubles per element of the saved ring of one checkpoint.
+pub(crate) fn checkpoint_f64s(k: usize, c: usize, dd: bool) -> usize {
+    (if dd { 2 * k * c } else { k * c }) + 2 + 2 * c
+}
+
+fn save_shifted(src: &[f64], dst: &mut [f64]) -> f64 {
+    let mut m = NEG;
+    for &x in src {
+        if x > m {
+            m = x;
+        }
+    }
+    let shift = if m == NEG { 0.0 } else { m };
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = s - shift;
+    }
+    shift
+}
+
+impl Fwd {
+    pub(crate) fn new(par: &Params) -> Self {
+        let (k, c) = (par.k, par.c);
+        let (ring, qring) = if par.dd {
+            (vec![NEG; k * c], vec![NEG; k * c])
+        } else {
+            (vec![NEG; 2 * k * c], Vec::new())
+        };
+        Fwd {
+            k,
+            c,
+            dd: par.dd,
+            ring,
+            qring,
+            pref: vec![0.0; c],
+            z: vec![0; c],
+            alpha: vec![NEG; c],
+            u: vec![NEG; c],
+            buf: vec![0.0; k.max(c)],
+            terms: vec![0.0; k],
+            row: vec![0.0; c],
+        }
+    }
+
+    /// Doubles held by a forward state.
+    pub(crate) fn f64s(k: usize, c: usize) -> usize {
+        2 * k * c + 5 * c + 2 * k.max(c)
+    }
+
+    pub(crate) fn save(&self, cp: &mut Checkpoints, n: usize) {
+        let (k, c, per) = (self.k, self.c, cp.per);
+        let dst = &mut cp.ring[n * per..(n + 1) * per];
+        if self.dd {
+            cp.shift[2 * n] = save_shifted(&self.ring, &mut dst[..k * c]);
+            cp.shift[2 * n + 1] = save_shifted(&self.qring, &mut dst[k * c..]);
+        } else {
+            let mut m = NEG;
+            for j in 0..c {
+                for &x in &self.ring[j * 2 * k..j * 2 * k + k] {
+                    if x > m {
+                        m = x;
+                    }
+                }
+            }
+            let shift = if m == NEG { 0.0 } else { m };
+            for j in 0..c {
+                for s in 0..k {
+                    dst[j * k + s] = self.ring[j * 2 * k + s] - shift;
+                }
+            }
+            cp.shift[2 * n] = shift;
+        }
+        cp.pref[n * c..(n + 1) * c].copy_from_slice(&self.pref);
+        cp.z[n * c..(n + 1) * c].copy_from_slice(&self.z);
+    }
+
+    pub(crate) fn restore(&mut self, cp: &Checkpoints, n: usize) {
+        let (k, c, per) = (self.k, self.c, cp.per);
+        let src = &cp.ring[n * per..(n + 1) * per];
+        if self.dd {
+            let (s0, s1) = (cp.shift[2 * n], cp.shift[2 * n + 1]);
+            for (d, &x) in self.ring.iter_mut().zip(&src[..k * c]) {
+                *d = x + s0;
+            }
+            for (d, &x) in self.qring.iter_mut().zip(&src[k * c..]) {
+                *d = x + s1;
+            }
+        } else {
+            let shift = cp.shift[2 * n];
+            for j in 0..c {
+                for s in 0..k {
+                    let x = src[j * k + s] + shift;
+                    self.ring[j * 2 * k + s] = x;
+                    self.ring[j * 2 * k + s + k] = x;
+                }
+            }
+        }
+        self.pref.copy_from_slice(&cp.pref[n * c..(n + 1) * c]);
+        self.z.copy_from_slice(&cp.z[n * c..(n + 1) * c]);
+    }
+
+    /// Processes position `p` (`0..=L`): computes `α_p` (for `p >= 1`) and, for `p < L`,
+    /// `u_p`, pushes position `p` into the ring and advances `P` and `z` over `scores[p]`.
+    /// `MAX` selects the max semiring.
+    pub(crate) fn step<const MAX: bool, F: Scalar>(
+        &mut self,
+        p: usize,
+        seq: &SeqIn<'_, F>,
+        par: &Params,
+    ) {
+        if self.dd {
+            return self.step_dd::<MAX, F>(p, seq, par);
+        }
+        let (k, c) = (self.k, self.c);
+        let len = seq.len;
+        if p == 0 {
+            self.u.copy_from_slice(&par.start);
+        } else {
+            seq.eb_row(p - 1, &mut self.row);
+            let slot = p % k;
+            for j in 0..c {
+                let dmax = k.min(p - self.z[j]);
+                let a = if dmax == 0 {
+                    NEG
+                } else {
+                    let off = j * 2 * k + slot + k - dmax;
+                    let w = &self.ring[off..off + dmax];
+                    let dr = &par.dur_rev[j * k + k - dmax..j * k + k];
+                    let buf = &mut self.buf[..dmax];
+                    let x = if MAX {
+                        super::kernels::add_max(w, dr, buf)
+                    } else {
+                        lse_add(w, dr, buf).0
+                    };
+                    x + self.pref[j] + self.row[j]
+                };
+                self.alpha[j] = a;
+            }
+            if p == len {
+                return;
+            }
+            for j in 0..c {
+                let tr = &par.tr_t[j * c..(j + 1) * c];
+                let buf = &mut self.buf[..c];
+                self.u[j] = if MAX {
+                    super::kernels::add_max(&self.alpha, tr, buf)
+                } else {
+                    lse_add(&self.alpha, tr, buf).0
+                };
+            }
+        }
+        seq.bb_row(p, &mut self.row);
+        let slot = p % k;
+        for j in 0..c {
+            let v = self.u[j] + self.row[j] - self.pref[j];
+            self.ring[j * 2 * k + slot] = v;
+            self.ring[j * 2 * k + slot + k] = v;
+        }
+        self.advance(p, seq);
+    }
+
+    #[inline]
+    fn advance<F: Scalar>(&mut self, p: usize, seq: &SeqIn<'_, F>) {
+        seq.scores_row(p, &mut self.row);
+        for j in 0..self.c {
+            let x = self.row[j];
+            if x == NEG {
+                self.z[j] = p + 1;
+            } else {
+                self.pref[j] += x;
+            }
+        }
+    }
+
+    fn step_dd<const MAX: bool, F: Scalar>(&mut self, p: usize, seq: &SeqIn<'_, F>, par: &Params) {
+        let (k, c) = (self.k, self.c);
+        if p >= 1 {
+            seq.eb_row(p - 1, &mut self.row);
+            for j in 0..c {
+                let dmax = k.min(p - self.z[j]);
+                for d in 1..=dmax {
+                    let s = p - d;
+                    let slot = s % k;
+                    let inner = if s == 0 {
+                        par.start[j]
+                    } else {
+                        let a = &self.ring[slot * c..(slot + 1) * c];
+                        let tr = &par.tr_t[(d - 1) * c * c + j * c..(d - 1) * c * c + (j + 1) * c];
+                        let buf = &mut self.buf[..c];
+                        if MAX {
+                            super::kernels::add_max(a, tr, buf)
+                        } else {
+                            lse_add(a, tr, buf).0
+                        }
+                    };
+                    self.terms[d - 1] = inner + self.qring[slot * c + j] + par.dur[j * k + d - 1];
+                }
+                let t = &mut self.terms[..dmax];
+                let m = max_of(t);
+                let x = if MAX || m == NEG {
+                    m
+                } else {
+                    m + exp_shift_sum(t, m).ln()
+                };
+                self.alpha[j] = x + self.pref[j] + self.row[j];
+            }
+            if p == seq.len {
+                return;
+            }
+            let slot = p % k;
+            self.ring[slot * c..(slot + 1) * c].copy_from_slice(&self.alpha);
+        }
+        seq.bb_row(p, &mut self.row);
+        let slot = p % k;
+        for j in 0..c {
+            self.qring[slot * c + j] = self.row[j] - self.pref[j];
+        }
+        self.advance(p, seq);
+    }
+
+    /// `⊕_j α_L(j) ⊗ end[j]` after step `L`.
+    pub(crate) fn total<const MAX: bool>(&mut self, par: &Params) -> f64 {
+        let c = self.c;
+        let buf = &mut self.buf[..c];
+        if MAX {
+            super::kernels::add_max(&self.alpha, &par.end, buf)
+        } else {
+            lse_add(&self.alpha, &par.end, buf).0
+        }
+    }
+}
+
+/// The forward pass of one sequence: log Z (`MAX = false`) or the Viterbi score.
+pub(crate) fn forward<const MAX: bool, F: Scalar>(seq: &SeqIn<'_, F>, par: &Params) -> f64 {
+    let mut f = Fwd::new(par);
+    for p in 0..=seq.len {
+        f.step::<MAX, F>(p, seq, par);
+    }
+    f.total::<MAX>(par)
+}
+
+/// The checkpoint interval actually used for a sequence of length `len`.
+pub(crate) fn interval(delta: usize, len: usize) -> usize {
+    delta.clamp(1, len + 1)
+}
+
+/// Per-sequence gradient outputs (rows of the batch outputs) and shared-parameter partials.
+pub(crate) struct SeqOut<'o> {
+    /// `(T, C)` rows: `g ×` position marginals.
+    pub scores: &'o mut [f64],
+    /// `(T, C)` rows: `g ×` P(segment of label c starts at t), if wanted.
+    pub bb: Option<&'o mut [f64]>,
+    /// `(T, C)` rows: `g ×` P(segment of label c ends at t), if wanted.
+    pub eb: Option<&'o mut [f64]>,
+    /// `(T)`: unscaled boundary marginals.
+    pub bm: &'o mut [f64],
+}
+
+/// Shared-parameter gradients of one sequence, unscaled, in internal layouts.
+#[derive(Clone, Debug)]
+pub(crate) struct Partials {
+    /// As `Params::tr`.
+    pub tr: Vec<f64>,
+    /// As `Params::dur`.
+    pub dur: Vec<f64>,
+    pub start: Vec<f64>,
+    pub end: Vec<f64>,
+}
+
+/// Doubles held by the backward state besides the forward state and checkpoints:
+/// the `β` ring, recomputed interval buffers and small per-label vectors.
+pub(crate) fn backward_f64s(k: usize, c: usize, dd: bool, delta: usize) -> usize {
+    let ring = if dd { k * c } else { 2 * k * c };
+    let ybuf = if dd { 2 * k * c } else { 0 };
+    ring + ybuf + 3 * delta * c + 10 * c + k.max(c)
+}
+
+/// Forward and backward of one sequence with checkpoints every `delta` positions; writes the
+/// per-sequence outputs (scaled by `g`) and returns `(log Z, partials)`; partials are not
+/// scaled. Returns `log Z = -inf` and zero partials without touching the outputs when the
+/// sequence is infeasible.
+pub(crate) fn backward<F: Scalar>(
+    seq: &SeqIn<'_, F>,
+    par: &Params,
+    delta: usize,
+    g: f64,
+    out: SeqOut<'_>,
+) -> (f64, Partials) {
+    let (k, c, dd) = (par.k, par.c, par.dd);
+    let len = seq.len;
+    let delta = interval(delta, len);
+    let n_int = (len + 1).div_ceil(delta);
+    let mut parts = Partials {
+        tr: vec![0.0; par.tr.len()],
+        dur: vec![0.0; k * c],
+        start: vec![0.0; c],
+        end: vec![0.0; c],
+    };
+    // Pass 1: forward, saving a checkpoint at the start of every interval.
+    let mut cps = Checkpoints::new(n_int, k, c, dd);
+    let mut f = Fwd::new(par);
+    for p in 0..=len {
+        if p % delta == 0 {
+            f.save(&mut cps, p / delta);
+        }
+        f.step::<false, F>(p, seq, par);
+    }
+    let log_z = f.total::<false>(par);
+    if log_z == NEG {
+        return (log_z, parts);
+    }
+    // Pass 2: intervals from last to first; recompute α, u, P inside, then run β down.
+    let mut ab = vec![0.0; delta * c];
+    let mut ub = vec![0.0; delta * c];
+    let mut pb = vec![0.0; delta * c];
+    let mut bw = Bwd::new(par, len);
+    let SeqOut {
+        scores: pos_out,
+        mut bb,
+        mut eb,
+        bm,
+    } = out;
+    for n in (0..n_int).rev() {
+        let p0 = n * delta;
+        let p1 = ((n + 1) * delta).min(len + 1);
+        f.restore(&cps, n);
+        for p in p0..p1 {
+            let r = (p - p0) * c;
+            pb[r..r + c].copy_from_slice(&f.pref);
+            f.step::<false, F>(p, seq, par);
+            ab[r..r + c].copy_from_slice(&f.alpha);
+            ub[r..r + c].copy_from_slice(&f.u);
+        }
+        for s in (p0..p1).rev() {
+            let r = (s - p0) * c;
+            let at = Here {
+                s,
+                alpha: &ab[r..r + c],
+                u: &ub[r..r + c],
+                pref: &pb[r..r + c],
+            };
+            if s == len {
+                bw.init(&at, seq, par, log_z, &mut parts);
+                if let Some(eb) = eb.as_deref_mut() {
+                    for j in 0..c {
+                        eb[(len - 1) * c + j] = g * bw.endm[j];
+                    }
+                }
+                continue;
+            }
+            // Position marginals at s: segments ending after s minus those starting after s.
+            for j in 0..c {
+                pos_out[s * c + j] = g * bw.run[j];
+            }
+            if dd {
+                bw.step_dd(&at, seq, par, log_z, &mut parts);
+            } else {
+                bw.step(&at, seq, par, log_z, &mut parts);
+            }
+            let mut total = 0.0;
+            for j in 0..c {
+                total += bw.bgn[j];
+            }
+            bm[s] = total;
+            if let Some(bb) = bb.as_deref_mut() {
+                for j in 0..c {
+                    bb[s * c + j] = g * bw.bgn[j];
+                }
+            }
+            if let (true, Some(eb)) = (s > 0, eb.as_deref_mut()) {
+                for j in 0..c {
+                    eb[(s - 1) * c + j] = g * bw.endm[j];
+                }
+            }
+        }
+    }
+    (log_z, parts)
+}
+
+/// The recomputed forward quantities at one position.
+struct Here<'b> {
+    s: usize,
+    alpha: &'b [f64],
+    u: &'b [f64],
+    pref: &'b [f64],
+}
+
+/// The backward state: a ring of `w_e(j) = β_e(j) + P[e, j] + end_boundary[e-1, j]` (static:
+/// doubled, `wring[j*2K + e mod K]`; duration-dependent: `wring[(e mod K)*C + j]`), the next
+/// `-inf` score per label, and the per-position marginals of the last step.
+struct Bwd {
+    k: usize,
+    c: usize,
+    len: usize,
+    wring: Vec<f64>,
+    next_neg: Vec<usize>,
+    gamma: Vec<f64>,
+    /// P(a segment of label j starts at s), last step.
+    bgn: Vec<f64>,
+    /// P(a segment of label i ends at s), last step.
+    endm: Vec<f64>,
+    /// Segments of label j ending after s minus those starting after s.
+    run: Vec<f64>,
+    buf: Vec<f64>,
+    ybuf: Vec<f64>,
+    row: Vec<f64>,
+    row2: Vec<f64>,
+}
+
+impl Bwd {
+    fn new(par: &Params, len: usize) -> Self {
+        let (k, c) = (par.k, par.c);
+        Bwd {
+            k,
+            c,
+            len,
+            wring: vec![NEG; if par.dd { k * c } else { 2 * k * c }],
+            next_neg: vec![len; c],
+            gamma: vec![NEG; c],
+            bgn: vec![0.0; c],
+            endm: vec![0.0; c],
+            run: vec![0.0; c],
+            buf: vec![0.0; if par.dd { k * c } else { k.max(c) }],
+            ybuf: vec![NEG; if par.dd { k * c } else { 0 }],
+            row: vec![0.0; c],
+            row2: vec![0.0; c],
+        }
+    }
+
+    #[inline]
+    fn push_w(&mut self, e: usize, beta_plus: &[f64], dd: bool) {
+        let (k, c) = (self.k, self.c);
+        let slot = e % k;
+        for j in 0..c {
+            let w = beta_plus[j];
+            if dd {
+                self.wring[slot * c + j] = w;
+            } else {
+                self.wring[j * 2 * k + slot] = w;
+                self.wring[j * 2 * k + slot + k] = w;
+            }
+        }
+    }
+
+    /// Position `L`: `β_L = end`; end marginals.
+    fn init<F: Scalar>(
+        &mut self,
+        at: &Here<'_>,
+        seq: &SeqIn<'_, F>,
+        par: &Params,
+        log_z: f64,
+        parts: &mut Partials,
+    ) {
+        let c = self.c;
+        seq.eb_row(self.len - 1, &mut self.row);
+        for j in 0..c {
+            let e = (at.alpha[j] + par.end[j] - log_z).exp();
+            self.endm[j] = e;
+            parts.end[j] += e;
+            self.run[j] = e;
+            self.row2[j] = par.end[j] + at.pref[j] + self.row[j];
+        }
+        let bp = std::mem::take(&mut self.row2);
+        self.push_w(self.len, &bp, par.dd);
+        self.row2 = bp;
+    }
+
+    /// Updates the next `-inf` score per label with `scores[s]`.
+    #[inline]
+    fn see_scores<F: Scalar>(&mut self, s: usize, seq: &SeqIn<'_, F>) {
+        seq.scores_row(s, &mut self.row);
+        for j in 0..self.c {
+            if self.row[j] == NEG {
+                self.next_neg[j] = s;
+            }
+        }
+    }
+
+    /// A position `s < L`, static transition.
+    fn step<F: Scalar>(
+        &mut self,
+        at: &Here<'_>,
+        seq: &SeqIn<'_, F>,
+        par: &Params,
+        log_z: f64,
+        parts: &mut Partials,
+    ) {
+        let (k, c, len, s) = (self.k, self.c, self.len, at.s);
+        self.see_scores(s, seq);
+        seq.bb_row(s, &mut self.row);
+        // γ_s(j) = ⊕_d w_{s+d}(j) ⊗ dur[d-1, j] ⊗ bb[s, j] - P[s, j]; duration marginals.
+        let slot = (s + 1) % k;
+        for j in 0..c {
+            let dmax = k.min(len - s).min(self.next_neg[j] - s);
+            self.gamma[j] = NEG;
+            self.bgn[j] = 0.0;
+            if dmax == 0 {
+                continue;
+            }
+            let off = j * 2 * k + slot;
+            let buf = &mut self.buf[..dmax];
+            let (l, m, sum) = lse_add(
+                &self.wring[off..off + dmax],
+                &par.dur[j * k..j * k + dmax],
+                buf,
+            );
+            if m == NEG {
+                continue;
+            }
+            let q = self.row[j] - at.pref[j];
+            self.gamma[j] = l + q;
+            let scale = (at.u[j] + q + m - log_z).exp();
+            if scale > 0.0 {
+                let dg = &mut parts.dur[j * k..j * k + dmax];
+                for (g, &x) in dg.iter_mut().zip(buf.iter()) {
+                    *g += x * scale;
+                }
+                self.bgn[j] = sum * scale;
+            }
+        }
+        for j in 0..c {
+            self.run[j] -= self.bgn[j];
+        }
+        if s == 0 {
+            for j in 0..c {
+                parts.start[j] += self.bgn[j];
+            }
+            return;
+        }
+        // β_s(i) = ⊕_j tr[i, j] ⊗ γ_s(j); transition and end marginals.
+        seq.eb_row(s - 1, &mut self.row);
+        for i in 0..c {
+            let buf = &mut self.buf[..c];
+            let (l, m, sum) = lse_add(&par.tr[i * c..(i + 1) * c], &self.gamma, buf);
+            self.endm[i] = 0.0;
+            if m != NEG {
+                let scale = (at.alpha[i] + m - log_z).exp();
+                if scale > 0.0 {
+                    let tg = &mut parts.tr[i * c..(i + 1) * c];
+                    for (g, &x) in tg.iter_mut().zip(buf.iter()) {
+                        *g += x * scale;
+                    }
+                    self.endm[i] = sum * scale;
+                }
+            }
+            self.run[i] += self.endm[i];
+            self.row2[i] = l + at.pref[i] + self.row[i];
+        }
+        let bp = std::mem::take(&mut self.row2);
+        self.push_w(s, &bp, false);
+        self.row2 = bp;
+    }
+
+    /// A position `s < L`, duration-dependent transition.
+    fn step_dd<F: Scalar>(
+        &mut self,
+        at: &Here<'_>,
+        seq: &SeqIn<'_, F>,
+        par: &Params,
+        log_z: f64,
+        parts: &mut Partials,
+    ) {
+        let (k, c, len, s) = (self.k, self.c, self.len, at.s);
+        self.see_scores(s, seq);
+        seq.bb_row(s, &mut self.row);
+        // y[(d-1)*C + j] = w_{s+d}(j) + dur[d-1, j] + bb[s, j] - P[s, j] (seg ⊗ β_{s+d}).
+        for j in 0..c {
+            let dmax = k.min(len - s).min(self.next_neg[j] - s);
+            let q = self.row[j] - at.pref[j];
+            for d in 1..=k {
+                self.ybuf[(d - 1) * c + j] = if d <= dmax {
+                    self.wring[((s + d) % k) * c + j] + par.dur[j * k + d - 1] + q
+                } else {
+                    NEG
+                };
+            }
+            self.bgn[j] = 0.0;
+        }
+        if s == 0 {
+            for j in 0..c {
+                let mut tot = 0.0;
+                for d in 1..=k {
+                    let mu = (par.start[j] + self.ybuf[(d - 1) * c + j] - log_z).exp();
+                    parts.dur[j * k + d - 1] += mu;
+                    tot += mu;
+                }
+                self.bgn[j] = tot;
+                parts.start[j] += tot;
+                self.run[j] -= tot;
+            }
+            return;
+        }
+        seq.eb_row(s - 1, &mut self.row);
+        for i in 0..c {
+            let tr = &par.tr[i * k * c..(i + 1) * k * c];
+            let buf = &mut self.buf[..k * c];
+            let (l, m, sum) = lse_add(tr, &self.ybuf, buf);
+            self.endm[i] = 0.0;
+            if m != NEG {
+                let scale = (at.alpha[i] + m - log_z).exp();
+                if scale > 0.0 {
+                    let tg = &mut parts.tr[i * k * c..(i + 1) * k * c];
+                    for (g, x) in tg.iter_mut().zip(buf.iter_mut()) {
+                        *x *= scale;
+                        *g += *x;
+                    }
+                    for d in 0..k {
+                        for j in 0..c {
+                            let mu = buf[d * c + j];
+                            parts.dur[j * k + d] += mu;
+                            self.bgn[j] += mu;
+                        }
+                    }
+                    self.endm[i] = sum * scale;
+                }
+            }
+            self.row2[i] = l + at.pref[i] + self.row[i];
+        }
+        for j in 0..c {
+            self.run[j] += self.endm[j] - self.bgn[j];
+        }
+        let bp = std::mem::take(&mut self.row2);
+        self.push_w(s, &bp, true);
+        self.row2 = bp;
+    }
+}
+
+/// Viterbi of one sequence with `O(L·C)` backpointers; `bp_dur[t*C + j]` is the best duration
+/// of a segment of label `j` ending at `t`, `bp_prev[s*C + j]` the best previous label of a
+/// segment of label `j` starting at `s` (duration-dependent transition: of the best segment
+/// ending at `t`).
+pub(crate) fn viterbi<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params) -> Decoded {
+    let (k, c) = (par.k, par.c);
+    let len = seq.len;
+    let mut bp_dur = vec![0u32; (len + 1) * c];
+    let mut bp_prev = vec![0u32; (len + 1) * c];
+    let mut f = Fwd::new(par);
+    for p in 0..=len {
+        if p >= 1 {
+            // Backpointers of α_p from the ring as it stands before the step.
+            for j in 0..c {
+                let dmax = k.min(p - f.z[j]);
+                if dmax == 0 {
+                    continue;
+                }
+                if par.dd {
+                    let mut best = NEG;
+                    let (mut bd, mut bi) = (1usize, 0usize);
+                    for d in 1..=dmax {
+                        let s = p - d;
+                        let slot = s % k;
+                        let (inner, i) = if s == 0 {
+                            (par.start[j], 0)
+                        } else {
+                            let a = &f.ring[slot * c..(slot + 1) * c];
+                            let o = (d - 1) * c * c + j * c;
+                            argmax_add(a, &par.tr_t[o..o + c], false)
+                        };
+                        let x = inner + f.qring[slot * c + j] + par.dur[j * k + d - 1];
+                        if x > best {
+                            best = x;
+                            bd = d;
+                            bi = i;
+                        }
+                    }
+                    bp_dur[p * c + j] = bd as u32;
+                    bp_prev[p * c + j] = bi as u32;
+                } else {
+                    let off = j * 2 * k + p % k + k - dmax;
+                    let w = &f.ring[off..off + dmax];
+                    let dr = &par.dur_rev[j * k + k - dmax..j * k + k];
+                    // The window runs from duration dmax down to 1: the last maximum is the
+                    // smallest duration.
+                    let (_, e) = argmax_add(w, dr, true);
+                    bp_dur[p * c + j] = (dmax - e) as u32;
+                }
+            }
+        }
+        f.step::<true, F>(p, seq, par);
+        if !par.dd && p >= 1 && p < len {
+            for j in 0..c {
+                let (_, i) = argmax_add(&f.alpha, &par.tr_t[j * c..(j + 1) * c], false);
+                bp_prev[p * c + j] = i as u32;
+            }
+        }
+    }
+    // Final label: the smallest index attaining the maximum.
+    let (score, mut j) = argmax_add(&f.alpha, &par.end, false);
+    if score == NEG {
+        return Decoded {
+            score,
+            segments: Vec::new(),
+        };
+    }
+    let mut segments = Vec::new();
+    let mut t = len;
+    while t > 0 {
+        let d = bp_dur[t * c + j] as usize;
+        let s = t - d;
+        segments.push(Segment::new(s, d, j));
+        if s == 0 {
+            break;
+        }
+        j = if par.dd {
+            bp_prev[t * c + j] as usize
+        } else {
+            bp_prev[s * c + j] as usize
+        };
+        t = s;
+    }
+    segments.reverse();
+    Decoded { score, segments }
+}

@@ -1,0 +1,465 @@
+//! The streaming engine against the f64 reference oracle on seeded random problems.
+
+use ndarray::{ArrayD, IxDyn};
+use semicrf_core::reference::Reference;
+use semicrf_core::testing::{
+    GenSpec, TransitionKind, random_problem, random_segmentation, random_spec, rng, spec7_cases,
+};
+use semicrf_core::{
+    Backward, Engine, Error, OwnedPotentials, Problem, Scalar, SemiringKind, gold_score,
+};
+use semicrf_cpu::{Parallelism, StreamingEngine};
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    if a == b {
+        return true;
+    }
+    (a - b).abs() <= rel * b.abs().max(1.0)
+}
+
+/// Seeded problems: random small specs, SPEC §7 cases and a few medium ones.
+fn problems() -> Vec<(String, OwnedPotentials<f64>)> {
+    let mut out = Vec::new();
+    for seed in 0..300 {
+        out.push((
+            format!("random {seed}"),
+            random_problem(seed, &random_spec(seed)),
+        ));
+    }
+    for (name, spec) in spec7_cases() {
+        out.push((name.to_string(), random_problem(7, &spec)));
+    }
+    for (i, (b, t, k, c)) in [(3, 40, 6, 4), (2, 25, 9, 3), (2, 30, 4, 7), (1, 17, 30, 2)]
+        .into_iter()
+        .enumerate()
+    {
+        for tk in [TransitionKind::Static, TransitionKind::DurationDependent] {
+            let mut g = GenSpec::new(b, t, k, c);
+            g.transition = tk;
+            g.ragged = true;
+            g.boundaries = i % 2 == 0;
+            g.start = true;
+            g.end = true;
+            g.forbid_scores = if i == 1 { 0.1 } else { 0.0 };
+            g.forbid_transitions = if i == 2 { 0.4 } else { 0.0 };
+            out.push((
+                format!("medium {i} {tk:?}"),
+                random_problem(100 + i as u64, &g),
+            ));
+        }
+    }
+    out
+}
+
+fn forward<F: Scalar, E: Engine<F>>(e: &E, p: &OwnedPotentials<F>, s: SemiringKind) -> Vec<f64> {
+    let v = p.view().unwrap();
+    e.forward(&Problem::Structured(v), s).unwrap()
+}
+
+fn backward<F: Scalar, E: Engine<F>>(
+    e: &E,
+    p: &OwnedPotentials<F>,
+    g: &[f64],
+) -> semicrf_core::Result<Backward> {
+    let v = p.view().unwrap();
+    e.backward(&Problem::Structured(v), g)
+}
+
+fn upstream(n: usize, seed: u64) -> Vec<f64> {
+    (0..n)
+        .map(|b| 0.5 + ((seed as usize * 7 + b * 3) % 5) as f64 * 0.25)
+        .collect()
+}
+
+/// Largest violation of `|a - b| <= abs + rel·|b|` over every gradient and the marginals.
+fn grad_err(a: &Backward, b: &Backward, rel: f64) -> f64 {
+    let mut worst = 0.0f64;
+    let mut cmp = |x: &[f64], y: &[f64]| {
+        assert_eq!(x.len(), y.len());
+        for (u, v) in x.iter().zip(y) {
+            assert!(u.is_finite(), "non-finite gradient {u}");
+            let e = (u - v).abs() / (rel * v.abs().max(1.0));
+            worst = worst.max(e);
+        }
+    };
+    let (ga, gb) = (&a.grad, &b.grad);
+    let s = |x: &Option<ndarray::Array3<f64>>| -> Option<Vec<f64>> {
+        x.as_ref().map(|a| a.iter().copied().collect())
+    };
+    let v: fn(&Option<ArrayD<f64>>) -> Option<Vec<f64>> =
+        |x| x.as_ref().map(|a| a.iter().copied().collect());
+    cmp(&s(&ga.scores).unwrap(), &s(&gb.scores).unwrap());
+    cmp(&v(&ga.transition).unwrap(), &v(&gb.transition).unwrap());
+    assert_eq!(
+        ga.transition.as_ref().unwrap().shape(),
+        gb.transition.as_ref().unwrap().shape()
+    );
+    cmp(
+        &ga.duration
+            .as_ref()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+        &gb.duration
+            .as_ref()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+    cmp(
+        ga.start.as_ref().unwrap().as_slice().unwrap(),
+        gb.start.as_ref().unwrap().as_slice().unwrap(),
+    );
+    cmp(
+        ga.end.as_ref().unwrap().as_slice().unwrap(),
+        gb.end.as_ref().unwrap().as_slice().unwrap(),
+    );
+    assert_eq!(ga.begin_boundary.is_some(), gb.begin_boundary.is_some());
+    assert_eq!(ga.end_boundary.is_some(), gb.end_boundary.is_some());
+    if ga.begin_boundary.is_some() {
+        cmp(
+            &s(&ga.begin_boundary).unwrap(),
+            &s(&gb.begin_boundary).unwrap(),
+        );
+        cmp(&s(&ga.end_boundary).unwrap(), &s(&gb.end_boundary).unwrap());
+    }
+    cmp(
+        a.boundary_marginals.as_slice().unwrap(),
+        b.boundary_marginals.as_slice().unwrap(),
+    );
+    for (x, y) in a.log_z.iter().zip(&b.log_z) {
+        worst = worst.max((x - y).abs() / (rel * y.abs().max(1.0)));
+    }
+    worst
+}
+
+#[test]
+fn log_and_max_forward_in_f64_match_the_oracle_within_1e_10() {
+    let e = StreamingEngine::new();
+    for (name, p) in problems() {
+        for s in [SemiringKind::Log, SemiringKind::Max] {
+            let got = forward(&e, &p, s);
+            let want = forward(&Reference, &p, s);
+            for (b, (x, y)) in got.iter().zip(&want).enumerate() {
+                assert!(close(*x, *y, 1e-10), "{name} {s:?} b={b}: {x} vs {y}");
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_forward_matches_the_oracle_on_the_cast_values() {
+    let e = StreamingEngine::new();
+    for (name, p) in problems() {
+        let p32 = p.cast::<f32>();
+        let back = p32.cast::<f64>();
+        for s in [SemiringKind::Log, SemiringKind::Max] {
+            let got = forward(&e, &p32, s);
+            let want = forward(&Reference, &back, s);
+            for (x, y) in got.iter().zip(&want) {
+                assert!(close(*x, *y, 1e-10), "{name} {s:?}: {x} vs {y}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gradients_match_the_reference_backward_within_1e_10() {
+    let e = StreamingEngine::new();
+    let mut worst = 0.0f64;
+    for (i, (name, p)) in problems().into_iter().enumerate() {
+        let g = upstream(p.lengths.len(), i as u64);
+        let want = backward(&Reference, &p, &g);
+        let got = backward(&e, &p, &g);
+        match (got, want) {
+            (Ok(a), Ok(b)) => {
+                let err = grad_err(&a, &b, 1e-10);
+                assert!(err <= 1.0, "{name}: error {err} × tolerance");
+                worst = worst.max(err);
+            }
+            (Err(Error::Infeasible { sequence: x }), Err(Error::Infeasible { sequence: y })) => {
+                assert_eq!(x, y, "{name}")
+            }
+            (a, b) => panic!("{name}: {a:?} vs {b:?}"),
+        }
+    }
+    eprintln!("worst gradient error: {worst} × 1e-10 relative");
+}
+
+#[test]
+fn f32_gradients_match_the_reference_on_the_cast_values() {
+    let e = StreamingEngine::new();
+    for (i, (name, p)) in problems().into_iter().enumerate().step_by(3) {
+        let p32 = p.cast::<f32>();
+        let g = upstream(p.lengths.len(), i as u64);
+        let (Ok(a), Ok(b)) = (backward(&e, &p32, &g), backward(&Reference, &p32, &g)) else {
+            continue;
+        };
+        let err = grad_err(&a, &b, 1e-10);
+        assert!(err <= 1.0, "{name}: error {err} × tolerance");
+    }
+}
+
+#[test]
+fn results_do_not_depend_on_the_checkpoint_interval() {
+    let mut g = GenSpec::new(3, 70, 7, 4);
+    g.ragged = true;
+    g.boundaries = true;
+    g.start = true;
+    g.end = true;
+    g.forbid_scores = 0.05;
+    for tk in [TransitionKind::Static, TransitionKind::DurationDependent] {
+        g.transition = tk;
+        let p = random_problem(3, &g);
+        let up = [1.0, -0.5, 2.0];
+        let base = backward(&Reference, &p, &up).unwrap();
+        for delta in [1, 2, 5, 7, 8, 13, 23, 69, 70, 71, 500] {
+            let e = StreamingEngine::new().checkpoint_interval(Some(delta));
+            let got = backward(&e, &p, &up).unwrap();
+            let err = grad_err(&got, &base, 1e-10);
+            assert!(err <= 1.0, "{tk:?} delta {delta}: error {err} × tolerance");
+        }
+    }
+}
+
+#[test]
+fn viterbi_score_matches_the_oracle_and_the_gold_score_of_its_segments() {
+    let e = StreamingEngine::new();
+    for (name, p) in problems() {
+        let v = p.view().unwrap();
+        let dec = Engine::<f64>::viterbi(&e, &Problem::Structured(v.clone())).unwrap();
+        let want = forward(&Reference, &p, SemiringKind::Max);
+        for (b, d) in dec.iter().enumerate() {
+            assert!(close(d.score, want[b], 1e-10), "{name} b={b}");
+            if d.score == f64::NEG_INFINITY {
+                assert!(d.segments.is_empty());
+                continue;
+            }
+            let gold = gold_score(&v, b, &d.segments).unwrap();
+            assert!(
+                close(gold, d.score, 1e-10),
+                "{name} b={b}: {gold} vs {}",
+                d.score
+            );
+        }
+    }
+}
+
+#[test]
+fn viterbi_breaks_ties_toward_shorter_segments_and_smaller_labels() {
+    // All potentials zero: every segmentation scores 0; the preferred one is all unit
+    // segments with label 0.
+    let spec = GenSpec {
+        scale: 0.0,
+        ..GenSpec::new(1, 5, 3, 3)
+    };
+    let mut p = random_problem(1, &spec);
+    p.scores.fill(0.0);
+    p.duration = None;
+    p.transition = None;
+    for tr in [None, Some(ArrayD::zeros(IxDyn(&[3, 3, 3])))] {
+        p.transition = tr;
+        let dec = Engine::<f64>::viterbi(
+            &StreamingEngine::new(),
+            &Problem::Structured(p.view().unwrap()),
+        )
+        .unwrap();
+        let want = Reference
+            .viterbi(&Problem::Structured(p.view().unwrap()))
+            .unwrap();
+        assert_eq!(dec[0].segments, want[0].segments);
+        assert_eq!(dec[0].segments.len(), 5);
+    }
+}
+
+#[test]
+fn sequential_and_rayon_results_are_bitwise_identical() {
+    let mut g = GenSpec::new(7, 120, 9, 5);
+    g.ragged = true;
+    g.boundaries = true;
+    for tk in [TransitionKind::Static, TransitionKind::DurationDependent] {
+        g.transition = tk;
+        let p = random_problem(11, &g);
+        let up = upstream(7, 3);
+        let seq = StreamingEngine::new().parallelism(Parallelism::Sequential);
+        let par = StreamingEngine::new().parallelism(Parallelism::Rayon);
+        let a = backward(&seq, &p, &up).unwrap();
+        let b = backward(&par, &p, &up).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(
+            forward(&seq, &p, SemiringKind::Log),
+            forward(&par, &p, SemiringKind::Log)
+        );
+        let v = Problem::Structured(p.view().unwrap());
+        assert_eq!(
+            Engine::<f64>::viterbi(&seq, &v).unwrap(),
+            Engine::<f64>::viterbi(&par, &v).unwrap()
+        );
+    }
+}
+
+#[test]
+fn edge_input_is_unsupported() {
+    let p = random_problem(1, &GenSpec::new(1, 4, 2, 2));
+    let v = p.view().unwrap();
+    let edges = semicrf_core::materialize(&v);
+    let ep = semicrf_core::EdgePotentials::new(edges.view(), &p.lengths).unwrap();
+    let e = StreamingEngine::new();
+    let q = semicrf_core::Query::of(&Problem::Edges(ep.clone()), semicrf_core::Op::Backward);
+    assert!(matches!(
+        Engine::<f64>::check(&e, &q),
+        Err(Error::Unsupported { .. })
+    ));
+    assert!(matches!(
+        e.forward(&Problem::Edges(ep), SemiringKind::Log),
+        Err(Error::Unsupported { .. })
+    ));
+}
+
+#[test]
+fn a_sequence_of_1e5_positions_in_f32_stays_finite_and_accurate() {
+    let mut g = GenSpec::new(1, 100_000, 8, 4);
+    g.scale = 5.0;
+    g.start = true;
+    g.end = true;
+    let p = random_problem(5, &g);
+    let p32 = p.cast::<f32>();
+    let back = p32.cast::<f64>();
+    let e = StreamingEngine::new();
+    let a = backward(&e, &p32, &[1.0]).unwrap();
+    let b = backward(&e, &back, &[1.0]).unwrap();
+    let (za, zb) = (a.log_z[0], b.log_z[0]);
+    assert!(za.is_finite());
+    assert!((za - zb).abs() <= 1e-5 * zb.abs().max(1.0), "{za} vs {zb}");
+    let err = grad_err(&a, &b, 1e-4);
+    assert!(err <= 1.0, "gradient error {err} × 1e-4");
+    // Position marginals sum to one at every position (they are differences of running
+    // sums over the whole sequence, so the tolerance is wider than per-term rounding).
+    let s = a.grad.scores.unwrap();
+    let mut worst = 0.0f64;
+    for t in 0..100_000 {
+        let tot: f64 = (0..4).map(|c| s[[0, t, c]]).sum();
+        worst = worst.max((tot - 1.0).abs());
+    }
+    eprintln!(
+        "1e5 positions: |log Z f32 - f64| = {:e}, worst |Σ_c marginal - 1| = {worst:e}",
+        (za - zb).abs()
+    );
+    assert!(worst < 1e-5, "{worst}");
+}
+
+/// A random problem for the property test: the small specs pushed to extremes.
+fn extreme(seed: u64) -> OwnedPotentials<f64> {
+    use rand::Rng;
+    let mut r = rng(seed ^ 0xabcd);
+    let mut spec = random_spec(seed);
+    spec.scale = [0.5, 5.0, 100.0, 1e4][r.random_range(0..4)];
+    if r.random_bool(0.3) {
+        spec.forbid_transitions = 0.5;
+    }
+    if r.random_bool(0.2) {
+        spec.forbid_scores = 0.3;
+    }
+    if r.random_bool(0.2) {
+        spec.max_duration = spec.len + 3;
+    }
+    if r.random_bool(0.15) {
+        spec.labels = 1;
+        spec.unreachable_label = false;
+    }
+    random_problem(seed, &spec)
+}
+
+#[test]
+fn no_output_is_ever_nan_over_ten_thousand_random_problems() {
+    let e = StreamingEngine::new()
+        .parallelism(Parallelism::Sequential)
+        .checkpoint_interval(Some(2));
+    for seed in 0..10_000u64 {
+        let p = extreme(seed);
+        let v = p.view().unwrap();
+        let prob = Problem::Structured(v.clone());
+        let z = Engine::<f64>::forward(&e, &prob, SemiringKind::Log).unwrap();
+        let zr = Reference.forward(&prob, SemiringKind::Log).unwrap();
+        let m = Engine::<f64>::forward(&e, &prob, SemiringKind::Max).unwrap();
+        for b in 0..z.len() {
+            assert!(!z[b].is_nan() && z[b] != f64::INFINITY, "seed {seed}");
+            assert!(
+                close(z[b], zr[b], 1e-10),
+                "seed {seed}: {} vs {}",
+                z[b],
+                zr[b]
+            );
+            assert!(!m[b].is_nan() && m[b] != f64::INFINITY, "seed {seed}");
+            if z[b].is_finite() {
+                assert!(m[b] <= z[b] + 1e-9 * z[b].abs().max(1.0), "seed {seed}");
+            } else {
+                assert_eq!(m[b], f64::NEG_INFINITY, "seed {seed}");
+            }
+            let (k, c) = (p.max_duration, v.shape().labels);
+            let segs = random_segmentation(seed + b as u64, p.lengths[b], k, c);
+            let gold = gold_score(&v, b, &segs).unwrap();
+            assert!(!gold.is_nan());
+            if z[b].is_finite() {
+                assert!(
+                    z[b] - gold >= -1e-9 * z[b].abs().max(1.0),
+                    "seed {seed}: NLL < 0"
+                );
+            }
+        }
+        let dec = Engine::<f64>::viterbi(&e, &prob).unwrap();
+        for (b, d) in dec.iter().enumerate() {
+            assert!(!d.score.is_nan());
+            if d.score.is_finite() {
+                let gold = gold_score(&v, b, &d.segments).unwrap();
+                assert!(close(gold, d.score, 1e-10), "seed {seed}");
+            }
+        }
+        let up = upstream(z.len(), seed);
+        match Engine::<f64>::backward(&e, &prob, &up) {
+            Ok(bw) => {
+                let g = &bw.grad;
+                let all = g
+                    .scores
+                    .iter()
+                    .flat_map(|a| a.iter())
+                    .chain(g.transition.iter().flat_map(|a| a.iter()))
+                    .chain(g.duration.iter().flat_map(|a| a.iter()))
+                    .chain(g.start.iter().flat_map(|a| a.iter()))
+                    .chain(g.end.iter().flat_map(|a| a.iter()))
+                    .chain(g.begin_boundary.iter().flat_map(|a| a.iter()))
+                    .chain(g.end_boundary.iter().flat_map(|a| a.iter()))
+                    .chain(bw.boundary_marginals.iter());
+                for x in all {
+                    assert!(x.is_finite(), "seed {seed}: gradient {x}");
+                }
+            }
+            Err(Error::Infeasible { sequence }) => {
+                assert_eq!(z[sequence], f64::NEG_INFINITY, "seed {seed}")
+            }
+            Err(err) => panic!("seed {seed}: {err}"),
+        }
+    }
+}
+
+#[test]
+fn memory_required_grows_like_sqrt_t_for_backward_and_is_flat_for_forward() {
+    use semicrf_core::{Form, Op, Query, Shape};
+    let e = StreamingEngine::new();
+    let q = |t: usize, op| Query {
+        shape: Shape::new(1, t, 100, 24),
+        form: Form::Structured {
+            duration_dependent_transition: false,
+        },
+        op,
+        dtype_bytes: 4,
+    };
+    let f1 = Engine::<f32>::memory_required(&e, &q(10_000, Op::Forward(SemiringKind::Log)));
+    let f2 = Engine::<f32>::memory_required(&e, &q(1_000_000, Op::Forward(SemiringKind::Log)));
+    assert_eq!(f1, f2);
+    let b1 = Engine::<f32>::memory_required(&e, &q(10_000, Op::Backward)) as f64;
+    let b2 = Engine::<f32>::memory_required(&e, &q(1_000_000, Op::Backward)) as f64;
+    assert!(b2 / b1 < 12.0 && b2 / b1 > 5.0, "{b1} {b2}");
+}
