@@ -410,6 +410,9 @@ impl<'a, F: Scalar> EdgePotentials<'a, F> {
 }
 
 /// The input of an engine: structured or edge potentials.
+// Problems are borrowed views passed by reference, never stored in bulk: boxing the larger
+// variant would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Problem<'a, F> {
     /// Structured potentials (the main input).
