@@ -1,1 +1,17 @@
-fn main() {}
+//! The criterion suite: `cargo bench -p semicrf-bench [-- FILTER]`.
+//!
+//! One module per algorithm; ids are `{device}/{algo}/{semiring}/B{B}_T{T}_K{K}_C{C}` with
+//! semiring `log` for the forward pass and `log_backward` for forward+backward, throughput in
+//! positions (`B·T`). Before timing a shape each module prints its peak heap beyond inputs and
+//! outputs next to `memory_required`. Set `SEMICRF_BENCH_FULL=1` to include the shapes that
+//! take minutes (S8 forward+backward). S9 is never run here (see the `memory` binary).
+
+mod common;
+mod exact;
+mod scan;
+mod streaming;
+
+#[global_allocator]
+static ALLOC: semicrf_bench::alloc::CountingAlloc = semicrf_bench::alloc::CountingAlloc;
+
+criterion::criterion_main!(streaming::streaming, scan::scan, exact::exact);

@@ -1,0 +1,155 @@
+//! What every algorithm's module shares: which shapes run, how long criterion samples them,
+//! and the one-off peak-memory line printed before a shape is timed.
+
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
+use semicrf_bench::alloc::{measure, warm_up_threads};
+use semicrf_bench::{
+    CANONICAL, OutputBytes, SEED, bench_id, edges_fit, human_bytes, ones, problem, shape_label,
+};
+use semicrf_core::{Engine, Op, Problem, Query, SemiringKind, Shape, edge_tensor_bytes};
+
+/// A pass that is timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pass {
+    /// `forward(Log)`: log Z.
+    Forward,
+    /// `backward`: log Z, gradients and marginals.
+    Backward,
+}
+
+impl Pass {
+    fn label(self) -> &'static str {
+        match self {
+            Pass::Forward => "log",
+            Pass::Backward => "log_backward",
+        }
+    }
+    fn op(self) -> Op {
+        match self {
+            Pass::Forward => Op::Forward(SemiringKind::Log),
+            Pass::Backward => Op::Backward,
+        }
+    }
+    /// Rough cost relative to a forward pass.
+    fn factor(self) -> f64 {
+        match self {
+            Pass::Forward => 1.0,
+            Pass::Backward => 3.0,
+        }
+    }
+}
+
+/// How an algorithm is benchmarked.
+pub struct Plan<'a> {
+    /// `streaming`, `scan`, `exact`.
+    pub algo: &'static str,
+    /// The engine.
+    pub engine: &'a dyn Engine<f32>,
+    /// The algorithm materialises a `B·T·K·C²` edge tensor (skip shapes where it exceeds
+    /// [`semicrf_bench::EDGE_LIMIT_BYTES`]).
+    pub materialises_edges: bool,
+    /// Inner-loop terms of one forward pass at a shape (to size the sampling).
+    pub work: fn(Shape) -> f64,
+}
+
+/// Above this estimated work (terms × pass factor) a shape is skipped unless
+/// `SEMICRF_BENCH_FULL=1`: S8 forward (2.5e9 terms) runs, S8 forward+backward does not.
+const WORK_LIMIT: f64 = 3.0e9;
+
+fn full() -> bool {
+    std::env::var("SEMICRF_BENCH_FULL").is_ok_and(|v| v == "1")
+}
+
+fn run(engine: &dyn Engine<f32>, p: &Problem<'_, f32>, pass: Pass) -> Result<u64, String> {
+    match pass {
+        Pass::Forward => engine
+            .forward(p, SemiringKind::Log)
+            .map(|r| r.output_bytes())
+            .map_err(|e| e.to_string()),
+        Pass::Backward => engine
+            .backward(p, &ones(p.shape().batch))
+            .map(|r| r.output_bytes())
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// Benchmarks `plan` at every canonical shape S1–S8 that fits, forward then forward+backward.
+pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
+    warm_up_threads();
+    for pass in [Pass::Forward, Pass::Backward] {
+        let mut group = c.benchmark_group(format!("cpu/{}/{}", plan.algo, pass.label()));
+        for can in CANONICAL.iter().filter(|c| c.id != "S9") {
+            let s = can.shape;
+            let id = bench_id("cpu", plan.algo, pass.label(), s);
+            if plan.materialises_edges && !edges_fit(s) {
+                eprintln!(
+                    "note: {id} ({}) skipped: its edge tensor needs {} (limit {})",
+                    can.id,
+                    human_bytes(edge_tensor_bytes(s)),
+                    human_bytes(semicrf_bench::EDGE_LIMIT_BYTES)
+                );
+                continue;
+            }
+            let work = (plan.work)(s) * pass.factor();
+            if work > WORK_LIMIT && !full() {
+                eprintln!(
+                    "note: {id} ({}) skipped: ~{work:.1e} terms per iteration; \
+                     SEMICRF_BENCH_FULL=1 runs it (or see the memory binary)",
+                    can.id
+                );
+                continue;
+            }
+            let owned = problem(s, SEED);
+            let view = owned.view().expect("generated problems are valid");
+            let p = Problem::Structured(view);
+            let query = Query::of(&p, pass.op());
+            if let Err(e) = plan.engine.check(&query) {
+                eprintln!("note: {id} ({}) skipped: {e}", can.id);
+                continue;
+            }
+            // One measured call: warm-up, smoke test and the peak-memory line.
+            let (res, m) = measure(|| run(plan.engine, &p, pass));
+            let out = match res {
+                Ok(out) => out,
+                Err(e) => {
+                    eprintln!("note: {id} ({}) skipped: {e}", can.id);
+                    continue;
+                }
+            };
+            eprintln!(
+                "memory: {id} ({}): peak heap beyond inputs and outputs {} (outputs {}), \
+                 memory_required {}",
+                can.id,
+                human_bytes(m.peak.saturating_sub(out)),
+                human_bytes(out),
+                human_bytes(plan.engine.memory_required(&query))
+            );
+            group.throughput(Throughput::Elements((s.batch * s.len) as u64));
+            if work > 2e8 {
+                group
+                    .sampling_mode(SamplingMode::Flat)
+                    .sample_size(10)
+                    .warm_up_time(Duration::from_millis(500))
+                    .measurement_time(Duration::from_secs(5));
+            } else if work > 2e7 {
+                group
+                    .sampling_mode(SamplingMode::Flat)
+                    .sample_size(10)
+                    .warm_up_time(Duration::from_secs(1))
+                    .measurement_time(Duration::from_secs(3));
+            } else {
+                group
+                    .sampling_mode(SamplingMode::Auto)
+                    .sample_size(20)
+                    .warm_up_time(Duration::from_secs(1))
+                    .measurement_time(Duration::from_secs(3));
+            }
+            group.bench_function(BenchmarkId::from_parameter(shape_label(s)), |b| {
+                b.iter(|| run(plan.engine, &p, pass))
+            });
+        }
+        group.finish();
+    }
+}

@@ -1,0 +1,21 @@
+//! `cpu/streaming/*`: the factorized streaming recurrence, `B·T·(C² + K·C)` terms per pass.
+
+use criterion::Criterion;
+use semicrf_cpu::StreamingEngine;
+
+use crate::common::{Plan, bench};
+
+fn streaming_benches(c: &mut Criterion) {
+    let engine = StreamingEngine::new();
+    bench(
+        c,
+        &Plan {
+            algo: "streaming",
+            engine: &engine,
+            materialises_edges: false,
+            work: |s| semicrf_bench::lse_terms(s) as f64,
+        },
+    );
+}
+
+criterion::criterion_group!(streaming, streaming_benches);

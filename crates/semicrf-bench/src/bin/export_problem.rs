@@ -1,0 +1,149 @@
+//! Writes a benchmark problem for the peer harness, with our own results and timings.
+//!
+//! ```text
+//! cargo run --release -p semicrf-bench --bin export_problem -- --shape S2 [--seed N]
+//!     [--out DIR] [--repeats 5] [--engine streaming|scan|exact] [--no-time]
+//! cargo run --release -p semicrf-bench --bin export_problem -- --dims 16,256,15,8 ...
+//! ```
+//!
+//! Writes two files into `DIR` (default `.`), named by the shape label (`B16_T256_K15_C8`):
+//!
+//! - `problem_{label}.json`: the problem of [`semicrf_bench::problem`] in the interchange format
+//!   of SPEC §8 (`scores`, `transition`, `duration`, `start`, `lengths`, `max_duration`), every
+//!   value the exact `f64` widening of the `f32` input;
+//! - `ours_{label}.json`: our log Z per sequence (f32 inputs), the gradient of `Σ_b log Z_b`
+//!   with respect to `scores` (position marginals) and `duration`, and the median wall time of
+//!   `repeats` forward (log) and forward+backward calls after one warm-up call, in ms, with
+//!   every run's time and the number of rayon threads.
+
+use semicrf_bench::{SEED, canonical, median, ones, problem, shape_label, time_ms};
+use semicrf_core::{Engine, Problem, SemiringKind, Shape};
+use semicrf_cpu::{ExactEngine, ScanEngine, StreamingEngine};
+use serde_json::{Value, json};
+
+fn to_json(a: &ndarray::ArrayD<f32>) -> Value {
+    fn rec(v: ndarray::ArrayViewD<'_, f32>) -> Value {
+        if v.ndim() == 0 {
+            return json!(v.iter().next().map(|&x| x as f64));
+        }
+        if v.ndim() == 1 {
+            return Value::Array(v.iter().map(|&x| json!(x as f64)).collect());
+        }
+        Value::Array(v.outer_iter().map(rec).collect())
+    }
+    rec(a.view())
+}
+
+fn to_json_f64(a: ndarray::ArrayViewD<'_, f64>) -> Value {
+    if a.ndim() == 1 {
+        return Value::Array(a.iter().map(|&x| json!(x)).collect());
+    }
+    Value::Array(a.outer_iter().map(to_json_f64).collect())
+}
+
+fn main() {
+    let mut shape: Option<(String, Shape)> = None;
+    let mut seed = SEED;
+    let mut out = String::from(".");
+    let mut repeats = 5usize;
+    let mut engine_name = String::from("streaming");
+    let mut timed = true;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().unwrap_or_else(|| panic!("{a} takes a value"));
+        match a.as_str() {
+            "--shape" => {
+                let id = val();
+                let s = canonical(&id).unwrap_or_else(|| panic!("unknown shape {id}"));
+                shape = Some((id.to_uppercase(), s));
+            }
+            "--dims" => {
+                let d: Vec<usize> = val()
+                    .split(',')
+                    .map(|x| x.trim().parse().expect("--dims B,T,K,C"))
+                    .collect();
+                assert_eq!(d.len(), 4, "--dims B,T,K,C");
+                let s = Shape::new(d[0], d[1], d[2], d[3]);
+                shape = Some((shape_label(s), s));
+            }
+            "--seed" => seed = val().parse().expect("--seed takes an integer"),
+            "--out" => out = val(),
+            "--repeats" => repeats = val().parse().expect("--repeats takes an integer"),
+            "--engine" => engine_name = val(),
+            "--no-time" => timed = false,
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    let (id, s) = shape.expect("--shape S1..S9 or --dims B,T,K,C");
+    let label = shape_label(s);
+    std::fs::create_dir_all(&out).expect("output directory");
+
+    let owned = problem(s, seed);
+    let opt = |a: &Option<ndarray::ArrayD<f32>>| a.as_ref().map_or(Value::Null, to_json);
+    let prob = json!({
+        "scores": to_json(&owned.scores),
+        "transition": opt(&owned.transition),
+        "duration": opt(&owned.duration),
+        "start": opt(&owned.start),
+        "end": Value::Null,
+        "begin_boundary": Value::Null,
+        "end_boundary": Value::Null,
+        "lengths": owned.lengths,
+        "max_duration": owned.max_duration,
+    });
+    let ppath = format!("{out}/problem_{label}.json");
+    std::fs::write(&ppath, serde_json::to_string(&prob).expect("json")).expect("writable");
+
+    let streaming = StreamingEngine::new();
+    let scan = ScanEngine::new();
+    let exact = ExactEngine::new();
+    let engine: &dyn Engine<f32> = match engine_name.as_str() {
+        "streaming" => &streaming,
+        "scan" => &scan,
+        "exact" => &exact,
+        other => panic!("unknown engine {other}"),
+    };
+    let p = Problem::Structured(owned.view().expect("valid"));
+    let up = ones(s.batch);
+    let log_z = engine
+        .forward(&p, SemiringKind::Log)
+        .unwrap_or_else(|e| panic!("{}: {e}", engine.name()));
+    let bwd = engine
+        .backward(&p, &up)
+        .unwrap_or_else(|e| panic!("{}: {e}", engine.name()));
+    let (mut fwd_ms, mut bwd_ms) = (Vec::new(), Vec::new());
+    if timed {
+        fwd_ms = time_ms(repeats, || engine.forward(&p, SemiringKind::Log));
+        bwd_ms = time_ms(repeats, || engine.backward(&p, &up));
+    }
+    let grad_scores = bwd
+        .grad
+        .scores
+        .as_ref()
+        .map(|g| to_json_f64(g.view().into_dyn()));
+    let grad_duration = bwd
+        .grad
+        .duration
+        .as_ref()
+        .map(|g| to_json_f64(g.view().into_dyn()));
+    let ours = json!({
+        "shape_id": id,
+        "shape": [s.batch, s.len, s.max_duration, s.labels],
+        "seed": seed,
+        "engine": engine.name(),
+        "dtype": "f32",
+        "threads": rayon::current_num_threads(),
+        "log_z": log_z,
+        "log_z_backward": bwd.log_z,
+        "grad_scores": grad_scores,
+        "grad_duration": grad_duration,
+        "forward_ms": if timed { json!(median(&mut fwd_ms.clone())) } else { Value::Null },
+        "forward_runs_ms": fwd_ms,
+        "backward_ms": if timed { json!(median(&mut bwd_ms.clone())) } else { Value::Null },
+        "backward_runs_ms": bwd_ms,
+        "repeats": repeats,
+    });
+    let opath = format!("{out}/ours_{label}.json");
+    std::fs::write(&opath, serde_json::to_string(&ours).expect("json")).expect("writable");
+    println!("{ppath}\n{opath}");
+}

@@ -1,0 +1,274 @@
+//! Peak heap of the CPU engines against `memory_required` and the documented formula.
+//!
+//! ```text
+//! cargo run --release -p semicrf-bench --bin memory -- [--t 1000,10000,100000,1000000]
+//!     [--shapes S8] [--json PATH]
+//! ```
+//!
+//! For streaming forward (log) and forward+backward at `(B, K, C) = (1, 100, 24)` and each `T`,
+//! and for scan and exact where their edge tensor fits in 4 GiB, prints the wall time, the
+//! measured peak heap beyond inputs and outputs (counting allocator: the peak of live bytes
+//! during the call minus what was live before, minus the bytes of the returned outputs), the
+//! engine's `memory_required`, the formula of `PERF.md` (`8·B·(K·C + C)` forward,
+//! `8·B·(K·C + sqrt(T·K)·C)` with the backward) and their ratios; then the same as JSON
+//! (to `PATH` when given). `--shapes` adds canonical shapes (e.g. S8: one timed run each).
+
+use semicrf_bench::alloc::{CountingAlloc, measure, warm_up_threads};
+use semicrf_bench::{
+    OutputBytes, SEED, canonical, edges_fit, human_bytes, ones, problem, streaming_formula_bytes,
+};
+use semicrf_core::{Engine, Op, Problem, Query, SemiringKind, Shape};
+use semicrf_cpu::{ExactEngine, ScanEngine, StreamingEngine};
+use serde_json::{Value, json};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+struct Row {
+    label: String,
+    algo: &'static str,
+    op: &'static str,
+    shape: Shape,
+    ms: f64,
+    peak: u64,
+    outputs: u64,
+    required: u64,
+    formula: u64,
+    error: Option<String>,
+}
+
+fn measure_one(
+    engine: &dyn Engine<f32>,
+    algo: &'static str,
+    label: &str,
+    shape: Shape,
+    backward: bool,
+) -> Row {
+    let owned = problem(shape, SEED);
+    let view = owned.view().expect("generated problems are valid");
+    let p = Problem::Structured(view);
+    let op = if backward {
+        Op::Backward
+    } else {
+        Op::Forward(SemiringKind::Log)
+    };
+    let query = Query::of(&p, op);
+    let mut row = Row {
+        label: label.to_string(),
+        algo,
+        op: if backward {
+            "forward+backward"
+        } else {
+            "forward"
+        },
+        shape,
+        ms: f64::NAN,
+        peak: 0,
+        outputs: 0,
+        required: engine.memory_required(&query),
+        formula: streaming_formula_bytes(shape, op),
+        error: None,
+    };
+    if let Err(e) = engine.check(&query) {
+        row.error = Some(e.to_string());
+        return row;
+    }
+    let t0 = std::time::Instant::now();
+    let (res, m) = measure(|| {
+        if backward {
+            engine
+                .backward(&p, &ones(shape.batch))
+                .map(|r| r.output_bytes())
+        } else {
+            engine
+                .forward(&p, SemiringKind::Log)
+                .map(|r| r.output_bytes())
+        }
+    });
+    row.ms = t0.elapsed().as_secs_f64() * 1e3;
+    match res {
+        Ok(out) => {
+            row.outputs = out;
+            row.peak = m.peak.saturating_sub(out);
+        }
+        Err(e) => row.error = Some(e.to_string()),
+    }
+    row
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        f64::NAN
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+fn parse_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(|x| x.trim().to_string())
+        .filter(|x| !x.is_empty())
+        .collect()
+}
+
+fn main() {
+    let mut ts: Vec<usize> = vec![1_000, 10_000, 100_000, 1_000_000];
+    let mut extra: Vec<String> = Vec::new();
+    let mut json_path: Option<String> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--t" => {
+                ts = parse_list(&args.next().expect("--t takes a list"))
+                    .iter()
+                    .map(|x| x.parse::<f64>().expect("--t takes numbers") as usize)
+                    .collect()
+            }
+            "--shapes" => extra = parse_list(&args.next().expect("--shapes takes a list")),
+            "--json" => json_path = Some(args.next().expect("--json takes a path")),
+            "-h" | "--help" => {
+                println!("usage: memory [--t 1000,10000,...] [--shapes S8,...] [--json PATH]");
+                return;
+            }
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    assert!(semicrf_bench::alloc::installed());
+    warm_up_threads();
+
+    let streaming = StreamingEngine::new();
+    let scan = ScanEngine::new();
+    let exact = ExactEngine::new();
+    let mut rows = Vec::new();
+    let mut cases: Vec<(String, Shape)> = ts
+        .iter()
+        .map(|&t| (format!("T={t}"), Shape::new(1, t, 100, 24)))
+        .collect();
+    for id in &extra {
+        cases.push((
+            id.to_uppercase(),
+            canonical(id).expect("a canonical id S1..S9"),
+        ));
+    }
+    for (label, shape) in &cases {
+        for backward in [false, true] {
+            let r = measure_one(&streaming, "streaming", label, *shape, backward);
+            eprintln!("done: streaming {} {} ({:.0} ms)", r.op, label, r.ms);
+            rows.push(r);
+            if edges_fit(*shape) {
+                for (engine, name) in [
+                    (&scan as &dyn Engine<f32>, "scan"),
+                    (&exact as &dyn Engine<f32>, "exact"),
+                ] {
+                    let r = measure_one(engine, name, label, *shape, backward);
+                    eprintln!("done: {name} {} {} ({:.0} ms)", r.op, label, r.ms);
+                    rows.push(r);
+                }
+            }
+        }
+    }
+
+    println!(
+        "| case | (B, T, K, C) | algorithm | pass | time (ms) | peak beyond in/out | \
+         memory_required | formula | peak / required | peak / formula |"
+    );
+    println!("|---|---|---|---|---:|---:|---:|---:|---:|---:|");
+    for r in &rows {
+        let s = r.shape;
+        let dims = format!("({}, {}, {}, {})", s.batch, s.len, s.max_duration, s.labels);
+        match &r.error {
+            Some(e) => println!(
+                "| {} | {dims} | {} | {} | — | — | {} | {} | — | — ({e}) |",
+                r.label,
+                r.algo,
+                r.op,
+                human_bytes(r.required),
+                human_bytes(r.formula)
+            ),
+            None => println!(
+                "| {} | {dims} | {} | {} | {:.1} | {} | {} | {} | {:.3} | {:.3} |",
+                r.label,
+                r.algo,
+                r.op,
+                r.ms,
+                human_bytes(r.peak),
+                human_bytes(r.required),
+                human_bytes(r.formula),
+                ratio(r.peak, r.required),
+                ratio(r.peak, r.formula)
+            ),
+        }
+    }
+
+    // Scaling in T of the streaming rows of the (1, T, 100, 24) sweep.
+    let sweep = |op: &str| -> Vec<&Row> {
+        rows.iter()
+            .filter(|r| {
+                r.algo == "streaming"
+                    && r.op == op
+                    && r.label.starts_with("T=")
+                    && r.error.is_none()
+            })
+            .collect()
+    };
+    let fwd = sweep("forward");
+    let bwd = sweep("forward+backward");
+    let mut scaling = json!({});
+    if fwd.len() >= 2 {
+        let lo = fwd.iter().map(|r| r.peak).min().unwrap_or(0);
+        let hi = fwd.iter().map(|r| r.peak).max().unwrap_or(0);
+        println!(
+            "\nstreaming forward: peak from {} to {} over T = {}..{} (max/min {:.3}; flat is 1)",
+            human_bytes(lo),
+            human_bytes(hi),
+            fwd[0].shape.len,
+            fwd[fwd.len() - 1].shape.len,
+            ratio(hi, lo)
+        );
+        scaling["forward_max_over_min"] = json!(ratio(hi, lo));
+    }
+    if bwd.len() >= 2 {
+        let per: Vec<f64> = bwd
+            .iter()
+            .map(|r| r.peak as f64 / (r.shape.len as f64).sqrt())
+            .collect();
+        let txt: Vec<String> = per.iter().map(|x| format!("{x:.0}")).collect();
+        println!(
+            "streaming forward+backward: peak / sqrt(T) = [{}] bytes (constant for sqrt(T) growth)",
+            txt.join(", ")
+        );
+        scaling["backward_peak_over_sqrt_t"] = json!(per);
+    }
+
+    let json_rows: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            json!({
+                "case": r.label,
+                "shape": [r.shape.batch, r.shape.len, r.shape.max_duration, r.shape.labels],
+                "algorithm": r.algo,
+                "pass": r.op,
+                "time_ms": if r.ms.is_finite() { json!(r.ms) } else { Value::Null },
+                "peak_beyond_inputs_outputs": r.peak,
+                "outputs": r.outputs,
+                "memory_required": r.required,
+                "formula": r.formula,
+                "error": r.error,
+            })
+        })
+        .collect();
+    let doc = json!({
+        "what": "peak heap beyond inputs and outputs (counting allocator), f32 inputs",
+        "threads": rayon::current_num_threads(),
+        "rows": json_rows,
+        "scaling": scaling,
+    });
+    let text = serde_json::to_string_pretty(&doc).expect("serialisable");
+    match json_path {
+        Some(p) => {
+            std::fs::write(&p, text + "\n").expect("writable JSON path");
+            println!("\nJSON written to {p}");
+        }
+        None => println!("\n{text}"),
+    }
+}

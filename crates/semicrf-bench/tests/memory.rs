@@ -1,0 +1,264 @@
+//! `memory_required` is an upper bound of what the CPU engines really allocate, and selection
+//! by memory budget can force each algorithm.
+//!
+//! A counting global allocator records the peak of live heap bytes while one engine call runs;
+//! the peak beyond what was live before the call, minus the bytes of the outputs the call
+//! returned, must not exceed `memory_required(query)`. Every test takes one lock, so no other
+//! test of this binary allocates during a measurement.
+
+use std::sync::{Mutex, MutexGuard};
+
+use semicrf_bench::alloc::{CountingAlloc, installed, measure, warm_up_threads};
+use semicrf_bench::{OutputBytes, ones, problem};
+use semicrf_core::{
+    Algorithm, EdgePotentials, Engine, Error, Op, Problem, Query, SemiringKind, Shape, materialize,
+    select,
+};
+use semicrf_cpu::{ExactEngine, Parallelism, ScanEngine, StreamingEngine};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+static LOCK: Mutex<()> = Mutex::new(());
+
+fn lock() -> MutexGuard<'static, ()> {
+    let g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(installed(), "the counting allocator is not installed");
+    warm_up_threads();
+    g
+}
+
+/// Small shapes: a batch with several sequences in flight at once, and one long sequence
+/// whose streaming backward has several checkpoint intervals.
+const SHAPES: [Shape; 2] = [
+    Shape {
+        batch: 3,
+        len: 120,
+        max_duration: 9,
+        labels: 5,
+    },
+    Shape {
+        batch: 1,
+        len: 1500,
+        max_duration: 16,
+        labels: 4,
+    },
+];
+
+const OPS: [Op; 4] = [
+    Op::Forward(SemiringKind::Log),
+    Op::Forward(SemiringKind::Max),
+    Op::Backward,
+    Op::Viterbi,
+];
+
+/// Runs `op` and returns the bytes of its outputs.
+fn run<F: semicrf_core::Scalar>(
+    e: &dyn Engine<F>,
+    p: &Problem<'_, F>,
+    op: Op,
+) -> Result<u64, Error> {
+    Ok(match op {
+        Op::Forward(s) => e.forward(p, s)?.output_bytes(),
+        Op::Backward => e.backward(p, &ones(p.shape().batch))?.output_bytes(),
+        Op::Viterbi => e.viterbi(p)?.output_bytes(),
+    })
+}
+
+/// Measures one call and checks the peak against the estimate; returns (peak beyond outputs,
+/// estimate).
+fn check_bound<F: semicrf_core::Scalar>(
+    e: &dyn Engine<F>,
+    p: &Problem<'_, F>,
+    op: Op,
+) -> (u64, u64) {
+    let q = Query::of(p, op);
+    if let Err(err) = e.check(&q) {
+        panic!("{} refuses {op:?} at {}: {err}", e.name(), q.shape);
+    }
+    let required = e.memory_required(&q);
+    let (res, m) = measure(|| run(e, p, op));
+    let out = res.unwrap_or_else(|err| panic!("{} failed {op:?} at {}: {err}", e.name(), q.shape));
+    assert!(
+        m.peak >= out,
+        "the allocator saw less ({}) than the outputs hold ({out})",
+        m.peak
+    );
+    let working = m.peak - out;
+    assert!(
+        working <= required,
+        "{} {op:?} at {}: allocated {working} bytes beyond its outputs ({out} bytes) \
+         but memory_required says {required}",
+        e.name(),
+        q.shape
+    );
+    (working, required)
+}
+
+fn engines(par: Parallelism) -> (StreamingEngine, ScanEngine, ExactEngine) {
+    let mut s = StreamingEngine::new();
+    s.parallelism = par;
+    let mut c = ScanEngine::new();
+    c.parallelism = par;
+    let mut x = ExactEngine::new();
+    x.parallelism = par;
+    (s, c, x)
+}
+
+fn bound_holds_for(algorithm: Algorithm, par: Parallelism) {
+    let _g = lock();
+    let (s, c, x) = engines(par);
+    let e: &dyn Engine<f32> = match algorithm {
+        Algorithm::Streaming => &s,
+        Algorithm::Scan => &c,
+        Algorithm::Exact => &x,
+    };
+    for shape in SHAPES {
+        let owned = problem(shape, 11);
+        let p = Problem::Structured(owned.view().unwrap());
+        for op in OPS {
+            check_bound(e, &p, op);
+        }
+    }
+}
+
+#[test]
+fn streaming_allocates_no_more_than_memory_required_for_every_op() {
+    bound_holds_for(Algorithm::Streaming, Parallelism::Rayon);
+}
+
+#[test]
+fn streaming_allocates_no_more_than_memory_required_when_sequential() {
+    bound_holds_for(Algorithm::Streaming, Parallelism::Sequential);
+}
+
+#[test]
+fn scan_allocates_no_more_than_memory_required_for_every_op() {
+    bound_holds_for(Algorithm::Scan, Parallelism::Rayon);
+}
+
+#[test]
+fn scan_allocates_no_more_than_memory_required_when_sequential() {
+    bound_holds_for(Algorithm::Scan, Parallelism::Sequential);
+}
+
+#[test]
+fn exact_allocates_no_more_than_memory_required_for_every_op() {
+    bound_holds_for(Algorithm::Exact, Parallelism::Rayon);
+}
+
+#[test]
+fn exact_allocates_no_more_than_memory_required_when_sequential() {
+    bound_holds_for(Algorithm::Exact, Parallelism::Sequential);
+}
+
+#[test]
+fn exact_and_scan_on_edge_input_allocate_no_more_than_memory_required() {
+    let _g = lock();
+    let (_, scan, exact) = engines(Parallelism::Rayon);
+    let owned = problem(SHAPES[0], 12);
+    let edges = materialize(&owned.view().unwrap()).mapv(|v| v as f32);
+    let p: Problem<'_, f32> = EdgePotentials::new(edges.view(), &owned.lengths)
+        .unwrap()
+        .into();
+    for e in [&scan as &dyn Engine<f32>, &exact] {
+        for op in OPS {
+            check_bound(e, &p, op);
+        }
+    }
+}
+
+#[test]
+fn streaming_forward_memory_does_not_grow_with_the_sequence_length() {
+    let _g = lock();
+    let e = StreamingEngine::new();
+    let mut peaks = Vec::new();
+    for len in [500, 4000] {
+        let owned = problem(Shape::new(1, len, 10, 4), 13);
+        let p = Problem::Structured(owned.view().unwrap());
+        let (working, _) = check_bound(&e, &p, Op::Forward(SemiringKind::Log));
+        peaks.push(working);
+    }
+    // Eight times the positions; a forward pass holding O(T) state would grow about 8x.
+    assert!(
+        peaks[1] <= peaks[0] * 2 + 4096,
+        "streaming forward peak grew from {} to {} bytes when T grew 8x",
+        peaks[0],
+        peaks[1]
+    );
+}
+
+/// Runs the engine `select` chose, checking the bound on that run too.
+fn run_selected(candidates: &[&dyn Engine<f32>], p: &Problem<'_, f32>, op: Op, budget: u64) {
+    let q = Query::of(p, op);
+    let sel = select(candidates, &q, budget).unwrap();
+    let e = candidates[sel.index];
+    assert_eq!(sel.algorithm, e.algorithm());
+    assert_eq!(sel.required, e.memory_required(&q));
+    assert!(sel.required <= budget);
+    check_bound(e, p, op);
+}
+
+#[test]
+fn each_algorithm_alone_is_selected_at_its_estimate_and_refused_just_below_it() {
+    let _g = lock();
+    let (s, c, x) = engines(Parallelism::Rayon);
+    let owned = problem(SHAPES[0], 14);
+    let p = Problem::Structured(owned.view().unwrap());
+    for e in [&s as &dyn Engine<f32>, &c, &x] {
+        for op in OPS {
+            let q = Query::of(&p, op);
+            let required = e.memory_required(&q);
+            assert!(required > 0, "{} estimates 0 bytes for {op:?}", e.name());
+            match select(&[e], &q, required - 1) {
+                Err(Error::MemoryBudget {
+                    required: r,
+                    budget,
+                    ..
+                }) => {
+                    assert_eq!(r, required);
+                    assert_eq!(budget, required - 1);
+                }
+                other => panic!(
+                    "{} {op:?}: a budget one byte below the estimate gave {other:?}",
+                    e.name()
+                ),
+            }
+            let sel = select(&[e], &q, u64::MAX).unwrap();
+            assert_eq!(sel.algorithm, e.algorithm());
+            run_selected(&[e], &p, op, required);
+            run_selected(&[e], &p, op, required + 1);
+        }
+    }
+}
+
+#[test]
+fn budgets_between_the_estimates_force_each_algorithm_in_preference_order() {
+    let _g = lock();
+    let (s, c, x) = engines(Parallelism::Rayon);
+    let owned = problem(SHAPES[0], 15);
+    let p = Problem::Structured(owned.view().unwrap());
+    for op in OPS {
+        let q = Query::of(&p, op);
+        // Each engine in turn is put first, the others after it: at exactly its own estimate
+        // it is chosen; one byte below, the selector moves on to one that fits or fails.
+        for first in 0..3 {
+            let all: [&dyn Engine<f32>; 3] = [&s, &c, &x];
+            let mut order: Vec<&dyn Engine<f32>> = vec![all[first]];
+            order.extend((0..3).filter(|&i| i != first).map(|i| all[i]));
+            let need = order[0].memory_required(&q);
+            let sel = select(&order, &q, need).unwrap();
+            assert_eq!(sel.index, 0, "{}", sel.reason);
+            run_selected(&order, &p, op, need);
+            match select(&order, &q, need - 1) {
+                Ok(sel) => {
+                    assert_ne!(sel.index, 0, "{}", sel.reason);
+                    assert!(sel.required < need);
+                    run_selected(&order, &p, op, need - 1);
+                }
+                Err(Error::MemoryBudget { required, .. }) => assert!(required >= need),
+                Err(other) => panic!("unexpected {other}"),
+            }
+        }
+    }
+}
