@@ -48,6 +48,35 @@ fn problems() -> Vec<(String, OwnedPotentials<f64>)> {
             ));
         }
     }
+    // Magnitudes that force the linear-domain paths to rebase and fall back to the exact
+    // log-domain computation: large scores, long windows that drift, `-inf` durations.
+    for (i, (scale, t, k, c)) in [
+        (50.0, 120, 20, 3),
+        (1e3, 60, 8, 4),
+        (1e4, 40, 6, 3),
+        (300.0, 80, 30, 2),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut g = GenSpec::new(2, t, k, c);
+        g.scale = scale;
+        g.ragged = true;
+        g.start = true;
+        g.end = true;
+        g.boundaries = i % 2 == 1;
+        g.forbid_scores = if i == 2 { 0.05 } else { 0.0 };
+        g.forbid_transitions = if i == 3 { 0.3 } else { 0.0 };
+        let mut p = random_problem(200 + i as u64, &g);
+        if let Some(d) = p.duration.as_mut() {
+            for (n, x) in d.iter_mut().enumerate() {
+                if n % 5 == 1 {
+                    *x = f64::NEG_INFINITY;
+                }
+            }
+        }
+        out.push((format!("extreme {i}"), p));
+    }
     out
 }
 
@@ -165,6 +194,18 @@ fn f32_forward_matches_the_oracle_on_the_cast_values() {
     }
 }
 
+/// The relative tolerance of gradients: `1e-10`, widened for inputs whose path scores are so
+/// large (`max |score| · T > 1e4`) that the log-space arguments of the marginals themselves
+/// carry rounding errors above `1e-11` in any `f64` implementation.
+fn grad_tol(p: &OwnedPotentials<f64>) -> f64 {
+    let big = p
+        .scores
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(0.0f64, |m, x| m.max(x.abs()));
+    1e-10 * (big * p.scores.shape()[1] as f64 / 1e4).max(1.0)
+}
+
 #[test]
 fn gradients_match_the_reference_backward_within_1e_10() {
     let e = StreamingEngine::new();
@@ -175,7 +216,7 @@ fn gradients_match_the_reference_backward_within_1e_10() {
         let got = backward(&e, &p, &g);
         match (got, want) {
             (Ok(a), Ok(b)) => {
-                let err = grad_err(&a, &b, 1e-10);
+                let err = grad_err(&a, &b, grad_tol(&p));
                 assert!(err <= 1.0, "{name}: error {err} × tolerance");
                 worst = worst.max(err);
             }
@@ -185,7 +226,7 @@ fn gradients_match_the_reference_backward_within_1e_10() {
             (a, b) => panic!("{name}: {a:?} vs {b:?}"),
         }
     }
-    eprintln!("worst gradient error: {worst} × 1e-10 relative");
+    eprintln!("worst gradient error: {worst} × tolerance");
 }
 
 #[test]
@@ -197,7 +238,7 @@ fn f32_gradients_match_the_reference_on_the_cast_values() {
         let (Ok(a), Ok(b)) = (backward(&e, &p32, &g), backward(&Reference, &p32, &g)) else {
             continue;
         };
-        let err = grad_err(&a, &b, 1e-10);
+        let err = grad_err(&a, &b, grad_tol(&p));
         assert!(err <= 1.0, "{name}: error {err} × tolerance");
     }
 }

@@ -4,9 +4,21 @@
 use ndarray::{ArrayView2, Axis};
 use semicrf_core::{Decoded, Potentials, Scalar, Segment, Transition};
 
-use super::kernels::{argmax_add, exp_shift_sum, lse_add, max_of};
+use super::kernels::{
+    argmax_add, dot, exp_fast, exp_in_place, exp_shift_sum, ln_in_place, lse_add, max_of,
+};
 
 const NEG: f64 = f64::NEG_INFINITY;
+/// A linear-domain sum is trusted when it is at least this: every term lost to underflow is
+/// below `3e-308`, so with at most `K ≤ 1e20` terms the relative error they cause is below
+/// `1e-8`·`1e-20`; smaller sums are recomputed exactly in the log domain.
+const TAU: f64 = 1e-280;
+/// Linear ring entries stay below `exp(REBASE)` relative to their label's reference, so a
+/// sum of `K` of them times weights `<= 1` cannot overflow.
+const REBASE: f64 = 600.0;
+/// Largest argument passed to `exp` for a marginal scale factor; beyond it the exact log
+/// path is used.
+const MAX_ARG: f64 = 700.0;
 
 /// Shared parameters converted once to `f64` in the layouts the loops want.
 #[derive(Debug)]
@@ -29,6 +41,25 @@ pub(crate) struct Params {
     pub start: Vec<f64>,
     /// `end[j]`.
     pub end: Vec<f64>,
+    /// `max_d duration[d-1, j]`.
+    pub dmaxdur: Vec<f64>,
+    /// `exp(duration[d-1, j] - dmaxdur[j])` at `[j*K + d-1]`.
+    pub dlin: Vec<f64>,
+    /// `dlin` reversed over `d`.
+    pub dlin_rev: Vec<f64>,
+    /// Static: `max_i tr[i, j]`.
+    pub colmax: Vec<f64>,
+    /// Static: `exp(tr[i, j] - colmax[j])` at `[j*C + i]`.
+    pub elin_t: Vec<f64>,
+    /// Static: `max_j tr[i, j]`.
+    pub rowmax: Vec<f64>,
+    /// Static: `exp(tr[i, j] - rowmax[i])` at `[i*C + j]`.
+    pub elin: Vec<f64>,
+}
+
+/// `exp(x - m)`, or 0 when `m = -inf`.
+fn exp_rel(x: f64, m: f64) -> f64 {
+    if m == NEG { 0.0 } else { (x - m).exp() }
 }
 
 impl Params {
@@ -75,6 +106,32 @@ impl Params {
                 dur_rev[j * k + k - d] = x;
             }
         }
+        let dmaxdur: Vec<f64> = (0..c).map(|j| max_of(&dur[j * k..(j + 1) * k])).collect();
+        let mut dlin = vec![0.0; k * c];
+        let mut dlin_rev = vec![0.0; k * c];
+        for j in 0..c {
+            for d in 0..k {
+                let x = exp_rel(dur[j * k + d], dmaxdur[j]);
+                dlin[j * k + d] = x;
+                dlin_rev[j * k + k - 1 - d] = x;
+            }
+        }
+        let (mut colmax, mut rowmax) = (vec![NEG; c], vec![NEG; c]);
+        let (mut elin_t, mut elin) = (vec![0.0; c * c], vec![0.0; c * c]);
+        if !dd {
+            for i in 0..c {
+                rowmax[i] = max_of(&tr[i * c..(i + 1) * c]);
+            }
+            for j in 0..c {
+                colmax[j] = max_of(&tr_t[j * c..(j + 1) * c]);
+            }
+            for i in 0..c {
+                for j in 0..c {
+                    elin[i * c + j] = exp_rel(tr[i * c + j], rowmax[i]);
+                    elin_t[j * c + i] = exp_rel(tr[i * c + j], colmax[j]);
+                }
+            }
+        }
         Params {
             k,
             c,
@@ -85,6 +142,13 @@ impl Params {
             dur_rev,
             start: (0..c).map(|j| p.start_at(j)).collect(),
             end: (0..c).map(|j| p.end_at(j)).collect(),
+            dmaxdur,
+            dlin,
+            dlin_rev,
+            colmax,
+            elin_t,
+            rowmax,
+            elin,
         }
     }
 }
@@ -94,35 +158,56 @@ pub(crate) struct SeqIn<'a, F> {
     scores: ArrayView2<'a, F>,
     bb: Option<ArrayView2<'a, F>>,
     eb: Option<ArrayView2<'a, F>>,
+    /// The same tensors as row-major slices when they are laid out so.
+    scores_s: Option<&'a [F]>,
+    bb_s: Option<&'a [F]>,
+    eb_s: Option<&'a [F]>,
+    c: usize,
     /// `L_b`.
     pub len: usize,
 }
 
 impl<'a, F: Scalar> SeqIn<'a, F> {
     pub(crate) fn new(p: &Potentials<'a, F>, b: usize) -> Self {
+        let scores = (*p.scores()).index_axis_move(Axis(0), b);
+        let bb = p.begin_boundary().map(|x| (*x).index_axis_move(Axis(0), b));
+        let eb = p.end_boundary().map(|x| (*x).index_axis_move(Axis(0), b));
         SeqIn {
-            scores: (*p.scores()).index_axis_move(Axis(0), b),
-            bb: p.begin_boundary().map(|x| (*x).index_axis_move(Axis(0), b)),
-            eb: p.end_boundary().map(|x| (*x).index_axis_move(Axis(0), b)),
+            scores_s: scores.to_slice(),
+            bb_s: bb.and_then(|v| v.to_slice()),
+            eb_s: eb.and_then(|v| v.to_slice()),
+            c: p.shape().labels,
+            scores,
+            bb,
+            eb,
             len: p.lengths()[b],
         }
     }
     #[inline]
-    fn read(v: &ArrayView2<'a, F>, t: usize, out: &mut [f64]) {
-        for (o, x) in out.iter_mut().zip(v.row(t).iter()) {
-            *o = x.as_f64();
+    fn read(v: &ArrayView2<'a, F>, s: Option<&'a [F]>, c: usize, t: usize, out: &mut [f64]) {
+        match s {
+            Some(s) => {
+                for (o, x) in out.iter_mut().zip(&s[t * c..(t + 1) * c]) {
+                    *o = x.as_f64();
+                }
+            }
+            None => {
+                for (o, x) in out.iter_mut().zip(v.row(t).iter()) {
+                    *o = x.as_f64();
+                }
+            }
         }
     }
     /// `scores[t, ·]`.
     #[inline]
     pub(crate) fn scores_row(&self, t: usize, out: &mut [f64]) {
-        Self::read(&self.scores, t, out);
+        Self::read(&self.scores, self.scores_s, self.c, t, out);
     }
     /// `begin_boundary[t, ·]` (zeros when absent).
     #[inline]
     pub(crate) fn bb_row(&self, t: usize, out: &mut [f64]) {
         match &self.bb {
-            Some(v) => Self::read(v, t, out),
+            Some(v) => Self::read(v, self.bb_s, self.c, t, out),
             None => out.fill(0.0),
         }
     }
@@ -130,7 +215,7 @@ impl<'a, F: Scalar> SeqIn<'a, F> {
     #[inline]
     pub(crate) fn eb_row(&self, t: usize, out: &mut [f64]) {
         match &self.eb {
-            Some(v) => Self::read(v, t, out),
+            Some(v) => Self::read(v, self.eb_s, self.c, t, out),
             None => out.fill(0.0),
         }
     }
@@ -160,6 +245,13 @@ pub(crate) struct Fwd {
     buf: Vec<f64>,
     terms: Vec<f64>,
     row: Vec<f64>,
+    /// Static, log semiring: `lin[j*2K + slot] = exp(v_s(j) - rho[j])`, laid out as `ring`.
+    lin: Vec<f64>,
+    /// Per-label reference of `lin` (`-inf` when no entry is finite).
+    rho: Vec<f64>,
+    ex: Vec<f64>,
+    sums: Vec<f64>,
+    exact: Vec<bool>,
 }
 
 /// A saved forward state: the ring minus its finite maximum (kept in `shift`), `P` and `z`.
@@ -170,6 +262,7 @@ pub(crate) struct Checkpoints {
     shift: Vec<f64>,
     pref: Vec<f64>,
     z: Vec<usize>,
+    at: Vec<usize>,
 }
 
 impl Checkpoints {
@@ -181,13 +274,14 @@ impl Checkpoints {
             shift: vec![0.0; 2 * n],
             pref: vec![0.0; n * c],
             z: vec![0; n * c],
+            at: vec![0; n],
         }
     }
 }
 
 /// Doubles per element of the saved ring of one checkpoint.
 pub(crate) fn checkpoint_f64s(k: usize, c: usize, dd: bool) -> usize {
-    (if dd { 2 * k * c } else { k * c }) + 2 + 2 * c
+    (if dd { 2 * k * c } else { k * c }) + 3 + 2 * c
 }
 
 fn save_shifted(src: &[f64], dst: &mut [f64]) -> f64 {
@@ -225,15 +319,47 @@ impl Fwd {
             buf: vec![0.0; k.max(c)],
             terms: vec![0.0; k],
             row: vec![0.0; c],
+            lin: if par.dd {
+                Vec::new()
+            } else {
+                vec![0.0; 2 * k * c]
+            },
+            rho: vec![NEG; c],
+            ex: vec![0.0; c],
+            sums: vec![0.0; c],
+            exact: vec![false; c],
         }
     }
 
     /// Doubles held by a forward state.
     pub(crate) fn f64s(k: usize, c: usize) -> usize {
-        2 * k * c + 5 * c + 2 * k.max(c)
+        4 * k * c + 8 * c + 2 * k.max(c)
     }
 
-    pub(crate) fn save(&self, cp: &mut Checkpoints, n: usize) {
+    /// Recomputes `rho[j]` and the linear entries of label `j` for starts `lo..=hi`.
+    fn rebuild(&mut self, j: usize, lo: usize, hi: usize) {
+        let k = self.k;
+        let base = j * 2 * k;
+        let mut m = NEG;
+        for s in lo..=hi {
+            let v = self.ring[base + s % k];
+            if v > m {
+                m = v;
+            }
+        }
+        self.rho[j] = m;
+        for s in lo..=hi {
+            let x = if m == NEG {
+                0.0
+            } else {
+                exp_fast(self.ring[base + s % k] - m)
+            };
+            self.lin[base + s % k] = x;
+            self.lin[base + s % k + k] = x;
+        }
+    }
+
+    pub(crate) fn save(&self, cp: &mut Checkpoints, n: usize, p: usize) {
         let (k, c, per) = (self.k, self.c, cp.per);
         let dst = &mut cp.ring[n * per..(n + 1) * per];
         if self.dd {
@@ -258,6 +384,7 @@ impl Fwd {
         }
         cp.pref[n * c..(n + 1) * c].copy_from_slice(&self.pref);
         cp.z[n * c..(n + 1) * c].copy_from_slice(&self.z);
+        cp.at[n] = p;
     }
 
     pub(crate) fn restore(&mut self, cp: &Checkpoints, n: usize) {
@@ -283,6 +410,17 @@ impl Fwd {
         }
         self.pref.copy_from_slice(&cp.pref[n * c..(n + 1) * c]);
         self.z.copy_from_slice(&cp.z[n * c..(n + 1) * c]);
+        if !self.dd {
+            let p = cp.at[n];
+            for j in 0..c {
+                let lo = p.saturating_sub(k).max(self.z[j]);
+                if p >= 1 && lo < p {
+                    self.rebuild(j, lo, p - 1);
+                } else {
+                    self.rho[j] = NEG;
+                }
+            }
+        }
     }
 
     /// Processes position `p` (`0..=L`): computes `α_p` (for `p >= 1`) and, for `p < L`,
@@ -296,6 +434,9 @@ impl Fwd {
     ) {
         if self.dd {
             return self.step_dd::<MAX, F>(p, seq, par);
+        }
+        if !MAX {
+            return self.step_log(p, seq, par);
         }
         let (k, c) = (self.k, self.c);
         let len = seq.len;
@@ -341,6 +482,110 @@ impl Fwd {
             let v = self.u[j] + self.row[j] - self.pref[j];
             self.ring[j * 2 * k + slot] = v;
             self.ring[j * 2 * k + slot + k] = v;
+        }
+        self.advance(p, seq);
+    }
+
+    /// The log-semiring step for a static transition, in the linear domain with exact
+    /// fallbacks: `α_p(j) = rho_j + max dur_j + ln Σ_d lin · dlin + P + end_boundary`, exact
+    /// when the sum is below [`TAU`]; `u_p(j) = m + colmax_j + ln Σ_i exp(α_p(i) - m) ·
+    /// elin_t[j, i]`, exact when that sum is below [`TAU`].
+    fn step_log<F: Scalar>(&mut self, p: usize, seq: &SeqIn<'_, F>, par: &Params) {
+        let (k, c) = (self.k, self.c);
+        if p == 0 {
+            self.u.copy_from_slice(&par.start);
+        } else {
+            seq.eb_row(p - 1, &mut self.row);
+            let slot = p % k;
+            // Phase 1: the linear sums (rebuilding a label's ring when its sum is too small).
+            for j in 0..c {
+                let dmax = k.min(p - self.z[j]);
+                self.exact[j] = false;
+                self.sums[j] = 1.0;
+                if dmax == 0 || par.dmaxdur[j] == NEG {
+                    continue;
+                }
+                let off = j * 2 * k + slot + k - dmax;
+                let dl = &par.dlin_rev[j * k + k - dmax..j * k + k];
+                let mut sum = dot(&self.lin[off..off + dmax], dl);
+                if sum < TAU {
+                    self.rebuild(j, p - dmax, p - 1);
+                    sum = dot(&self.lin[off..off + dmax], dl);
+                }
+                if sum >= TAU {
+                    self.sums[j] = sum;
+                } else {
+                    self.exact[j] = true;
+                }
+            }
+            // Phase 2: logarithms of all labels at once.
+            ln_in_place(&mut self.sums);
+            for j in 0..c {
+                let dmax = k.min(p - self.z[j]);
+                let x = if dmax == 0 || par.dmaxdur[j] == NEG {
+                    NEG
+                } else if self.exact[j] {
+                    let off = j * 2 * k + slot + k - dmax;
+                    let w = &self.ring[off..off + dmax];
+                    let dr = &par.dur_rev[j * k + k - dmax..j * k + k];
+                    lse_add(w, dr, &mut self.buf[..dmax]).0
+                } else {
+                    self.rho[j] + par.dmaxdur[j] + self.sums[j]
+                };
+                self.alpha[j] = x + self.pref[j] + self.row[j];
+            }
+            if p == seq.len {
+                return;
+            }
+            let m = max_of(&self.alpha);
+            if m == NEG {
+                self.u.fill(NEG);
+            } else {
+                for (e, &a) in self.ex.iter_mut().zip(&self.alpha) {
+                    *e = a - m;
+                }
+                exp_in_place(&mut self.ex);
+                for j in 0..c {
+                    let sum = dot(&self.ex, &par.elin_t[j * c..(j + 1) * c]);
+                    self.exact[j] = sum < TAU;
+                    self.sums[j] = if sum < TAU { 1.0 } else { sum };
+                }
+                ln_in_place(&mut self.sums);
+                for j in 0..c {
+                    self.u[j] = if par.colmax[j] == NEG {
+                        NEG
+                    } else if self.exact[j] {
+                        let tr = &par.tr_t[j * c..(j + 1) * c];
+                        lse_add(&self.alpha, tr, &mut self.buf[..c]).0
+                    } else {
+                        m + par.colmax[j] + self.sums[j]
+                    };
+                }
+            }
+        }
+        seq.bb_row(p, &mut self.row);
+        let slot = p % k;
+        // New ring entries, and their linear values relative to each label's reference.
+        for j in 0..c {
+            let v = self.u[j] + self.row[j] - self.pref[j];
+            let base = j * 2 * k;
+            self.ring[base + slot] = v;
+            self.ring[base + slot + k] = v;
+            let x = v - self.rho[j];
+            let rebase = v != NEG && (self.rho[j] == NEG || x > REBASE);
+            self.exact[j] = rebase;
+            self.ex[j] = if v == NEG || rebase { NEG } else { x };
+        }
+        exp_in_place(&mut self.ex);
+        for j in 0..c {
+            let base = j * 2 * k;
+            if self.exact[j] {
+                let lo = (p + 1).saturating_sub(k).max(self.z[j]);
+                self.rebuild(j, lo, p);
+            } else {
+                self.lin[base + slot] = self.ex[j];
+                self.lin[base + slot + k] = self.ex[j];
+            }
         }
         self.advance(p, seq);
     }
@@ -458,7 +703,8 @@ pub(crate) struct Partials {
 pub(crate) fn backward_f64s(k: usize, c: usize, dd: bool, delta: usize) -> usize {
     let ring = if dd { k * c } else { 2 * k * c };
     let ybuf = if dd { 2 * k * c } else { 0 };
-    ring + ybuf + 3 * delta * c + 10 * c + k.max(c)
+    let lin = if dd { 0 } else { 2 * k * c };
+    ring + lin + ybuf + 3 * delta * c + 16 * c + k.max(c)
 }
 
 /// Forward and backward of one sequence with checkpoints every `delta` positions; writes the
@@ -487,7 +733,7 @@ pub(crate) fn backward<F: Scalar>(
     let mut f = Fwd::new(par);
     for p in 0..=len {
         if p % delta == 0 {
-            f.save(&mut cps, p / delta);
+            f.save(&mut cps, p / delta, p);
         }
         f.step::<false, F>(p, seq, par);
     }
@@ -591,6 +837,15 @@ struct Bwd {
     ybuf: Vec<f64>,
     row: Vec<f64>,
     row2: Vec<f64>,
+    /// Static: `lin[j*2K + slot] = exp(w_e(j) - sigma[j])`, laid out as `wring`.
+    lin: Vec<f64>,
+    sigma: Vec<f64>,
+    gx: Vec<f64>,
+    sums: Vec<f64>,
+    lns: Vec<f64>,
+    fx: Vec<f64>,
+    exact: Vec<bool>,
+    dmax: Vec<usize>,
 }
 
 impl Bwd {
@@ -610,6 +865,41 @@ impl Bwd {
             ybuf: vec![NEG; if par.dd { k * c } else { 0 }],
             row: vec![0.0; c],
             row2: vec![0.0; c],
+            lin: if par.dd {
+                Vec::new()
+            } else {
+                vec![0.0; 2 * k * c]
+            },
+            sigma: vec![NEG; c],
+            gx: vec![0.0; c],
+            sums: vec![0.0; c],
+            lns: vec![0.0; c],
+            fx: vec![0.0; c],
+            exact: vec![false; c],
+            dmax: vec![0; c],
+        }
+    }
+
+    /// Recomputes `sigma[j]` and the linear entries of label `j` for ends `lo..=hi`.
+    fn rebuild(&mut self, j: usize, lo: usize, hi: usize) {
+        let k = self.k;
+        let base = j * 2 * k;
+        let mut m = NEG;
+        for e in lo..=hi {
+            let v = self.wring[base + e % k];
+            if v > m {
+                m = v;
+            }
+        }
+        self.sigma[j] = m;
+        for e in lo..=hi {
+            let x = if m == NEG {
+                0.0
+            } else {
+                exp_fast(self.wring[base + e % k] - m)
+            };
+            self.lin[base + e % k] = x;
+            self.lin[base + e % k + k] = x;
         }
     }
 
@@ -621,9 +911,22 @@ impl Bwd {
             let w = beta_plus[j];
             if dd {
                 self.wring[slot * c + j] = w;
+                continue;
+            }
+            let base = j * 2 * k;
+            self.wring[base + slot] = w;
+            self.wring[base + slot + k] = w;
+            let x = w - self.sigma[j];
+            if w == NEG {
+                self.lin[base + slot] = 0.0;
+                self.lin[base + slot + k] = 0.0;
+            } else if self.sigma[j] == NEG || x > REBASE {
+                let hi = (e + k - 1).min(self.len).min(self.next_neg[j]).max(e);
+                self.rebuild(j, e, hi);
             } else {
-                self.wring[j * 2 * k + slot] = w;
-                self.wring[j * 2 * k + slot + k] = w;
+                let v = exp_fast(x);
+                self.lin[base + slot] = v;
+                self.lin[base + slot + k] = v;
             }
         }
     }
@@ -662,7 +965,9 @@ impl Bwd {
         }
     }
 
-    /// A position `s < L`, static transition.
+    /// A position `s < L`, static transition: `γ_s` from the linear `β` ring and `β_s` as a
+    /// matrix-vector product, with the marginals as products of the same linear factors;
+    /// every sum below [`TAU`] or scale factor above `exp(MAX_ARG)` takes the exact log path.
     fn step<F: Scalar>(
         &mut self,
         at: &Here<'_>,
@@ -674,34 +979,62 @@ impl Bwd {
         let (k, c, len, s) = (self.k, self.c, self.len, at.s);
         self.see_scores(s, seq);
         seq.bb_row(s, &mut self.row);
-        // γ_s(j) = ⊕_d w_{s+d}(j) ⊗ dur[d-1, j] ⊗ bb[s, j] - P[s, j]; duration marginals.
         let slot = (s + 1) % k;
+        // Phase 1: linear sums per label (rebuilding a label's ring when its sum is too small)
+        // and the arguments of the marginal scale factors.
         for j in 0..c {
             let dmax = k.min(len - s).min(self.next_neg[j] - s);
+            self.dmax[j] = dmax;
             self.gamma[j] = NEG;
             self.bgn[j] = 0.0;
+            self.sums[j] = 1.0;
+            self.fx[j] = NEG;
+            self.exact[j] = false;
+            if dmax == 0 || par.dmaxdur[j] == NEG {
+                self.dmax[j] = 0;
+                continue;
+            }
+            let off = j * 2 * k + slot;
+            let dl = &par.dlin[j * k..j * k + dmax];
+            let mut sum = dot(&self.lin[off..off + dmax], dl);
+            if sum < TAU {
+                self.rebuild(j, s + 1, s + dmax);
+                sum = dot(&self.lin[off..off + dmax], dl);
+            }
+            let q = self.row[j] - at.pref[j];
+            let farg = at.u[j] + q + self.sigma[j] + par.dmaxdur[j] - log_z;
+            if sum >= TAU && farg <= MAX_ARG {
+                self.sums[j] = sum;
+                self.fx[j] = farg;
+            } else {
+                self.exact[j] = true;
+            }
+        }
+        // Phase 2: logarithms and exponentials of all labels at once.
+        self.lns.copy_from_slice(&self.sums);
+        ln_in_place(&mut self.lns);
+        exp_in_place(&mut self.fx);
+        for j in 0..c {
+            let dmax = self.dmax[j];
             if dmax == 0 {
                 continue;
             }
             let off = j * 2 * k + slot;
-            let buf = &mut self.buf[..dmax];
-            let (l, m, sum) = lse_add(
-                &self.wring[off..off + dmax],
-                &par.dur[j * k..j * k + dmax],
-                buf,
-            );
-            if m == NEG {
+            let q = self.row[j] - at.pref[j];
+            if self.exact[j] {
+                self.gamma_exact(j, dmax, off, q, at.u[j], par, log_z, parts);
                 continue;
             }
-            let q = self.row[j] - at.pref[j];
-            self.gamma[j] = l + q;
-            let scale = (at.u[j] + q + m - log_z).exp();
-            if scale > 0.0 {
+            self.gamma[j] = self.sigma[j] + par.dmaxdur[j] + self.lns[j] + q;
+            let f = self.fx[j];
+            if f > 0.0 {
+                let dl = &par.dlin[j * k..j * k + dmax];
                 let dg = &mut parts.dur[j * k..j * k + dmax];
-                for (g, &x) in dg.iter_mut().zip(buf.iter()) {
-                    *g += x * scale;
+                let w = &self.lin[off..off + dmax];
+                for d in 0..dmax {
+                    dg[d] += f * (w[d] * dl[d]);
                 }
-                self.bgn[j] = sum * scale;
+                self.bgn[j] = f * self.sums[j];
             }
         }
         for j in 0..c {
@@ -715,26 +1048,111 @@ impl Bwd {
         }
         // β_s(i) = ⊕_j tr[i, j] ⊗ γ_s(j); transition and end marginals.
         seq.eb_row(s - 1, &mut self.row);
-        for i in 0..c {
-            let buf = &mut self.buf[..c];
-            let (l, m, sum) = lse_add(&par.tr[i * c..(i + 1) * c], &self.gamma, buf);
-            self.endm[i] = 0.0;
-            if m != NEG {
-                let scale = (at.alpha[i] + m - log_z).exp();
-                if scale > 0.0 {
-                    let tg = &mut parts.tr[i * c..(i + 1) * c];
-                    for (g, &x) in tg.iter_mut().zip(buf.iter()) {
-                        *g += x * scale;
-                    }
-                    self.endm[i] = sum * scale;
-                }
+        let m = max_of(&self.gamma);
+        if m == NEG {
+            self.endm.fill(0.0);
+            self.row2.fill(NEG);
+        } else {
+            for (g, &x) in self.gx.iter_mut().zip(&self.gamma) {
+                *g = x - m;
             }
+            exp_in_place(&mut self.gx);
+            for i in 0..c {
+                let sum = dot(&par.elin[i * c..(i + 1) * c], &self.gx);
+                let harg = at.alpha[i] + par.rowmax[i] + m - log_z;
+                let ok = sum >= TAU && harg <= MAX_ARG;
+                self.exact[i] = !ok;
+                self.sums[i] = if ok { sum } else { 1.0 };
+                self.fx[i] = if ok { harg } else { NEG };
+            }
+            self.lns.copy_from_slice(&self.sums);
+            ln_in_place(&mut self.lns);
+            exp_in_place(&mut self.fx);
+            for i in 0..c {
+                self.endm[i] = 0.0;
+                let beta = if par.rowmax[i] == NEG {
+                    NEG
+                } else if self.exact[i] {
+                    self.beta_exact(i, at.alpha[i], par, log_z, parts)
+                } else {
+                    let h = self.fx[i];
+                    if h > 0.0 {
+                        let e = &par.elin[i * c..(i + 1) * c];
+                        let tg = &mut parts.tr[i * c..(i + 1) * c];
+                        for j in 0..c {
+                            tg[j] += h * (e[j] * self.gx[j]);
+                        }
+                        self.endm[i] = h * self.sums[i];
+                    }
+                    m + par.rowmax[i] + self.lns[i]
+                };
+                self.row2[i] = beta + at.pref[i] + self.row[i];
+            }
+        }
+        for i in 0..c {
             self.run[i] += self.endm[i];
-            self.row2[i] = l + at.pref[i] + self.row[i];
         }
         let bp = std::mem::take(&mut self.row2);
         self.push_w(s, &bp, false);
         self.row2 = bp;
+    }
+
+    /// `γ_s(j)`, its duration marginals and `bgn[j]`, exactly in the log domain.
+    fn gamma_exact(
+        &mut self,
+        j: usize,
+        dmax: usize,
+        off: usize,
+        q: f64,
+        u: f64,
+        par: &Params,
+        log_z: f64,
+        parts: &mut Partials,
+    ) {
+        let k = self.k;
+        let buf = &mut self.buf[..dmax];
+        let (l, m, sum) = lse_add(
+            &self.wring[off..off + dmax],
+            &par.dur[j * k..j * k + dmax],
+            buf,
+        );
+        if m == NEG {
+            return;
+        }
+        self.gamma[j] = l + q;
+        let scale = (u + q + m - log_z).exp();
+        if scale > 0.0 {
+            let dg = &mut parts.dur[j * k..j * k + dmax];
+            for (g, &x) in dg.iter_mut().zip(buf.iter()) {
+                *g += x * scale;
+            }
+            self.bgn[j] = sum * scale;
+        }
+    }
+
+    /// `β_s(i)`, its transition marginals and `endm[i]`, exactly in the log domain.
+    fn beta_exact(
+        &mut self,
+        i: usize,
+        alpha: f64,
+        par: &Params,
+        log_z: f64,
+        parts: &mut Partials,
+    ) -> f64 {
+        let c = self.c;
+        let buf = &mut self.buf[..c];
+        let (l, m, sum) = lse_add(&par.tr[i * c..(i + 1) * c], &self.gamma, buf);
+        if m != NEG {
+            let scale = (alpha + m - log_z).exp();
+            if scale > 0.0 {
+                let tg = &mut parts.tr[i * c..(i + 1) * c];
+                for (g, &x) in tg.iter_mut().zip(buf.iter()) {
+                    *g += x * scale;
+                }
+                self.endm[i] = sum * scale;
+            }
+        }
+        l
     }
 
     /// A position `s < L`, duration-dependent transition.
