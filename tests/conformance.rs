@@ -9,7 +9,9 @@
 #![cfg(feature = "cpu")]
 
 use ndarray::{ArrayD, Axis, Dimension, IxDyn};
-use semicrf_core::testing::{random_problem, random_segmentation, random_spec, spec7_cases};
+use semicrf_core::testing::{
+    GenSpec, random_problem, random_segmentation, random_spec, spec7_cases,
+};
 use semicrf_core::{
     Backward, EdgePotentials, Engine, Error, Gradients, Op, OwnedPotentials, Problem, Query,
     SemiringKind, gold_score, materialize, reference, reference::Reference,
@@ -607,6 +609,154 @@ fn edge_input_matches_brute_force_over_the_virtual_start<E: Engine<f64>>(e: &E) 
     assert!(compared >= 150);
 }
 
+/// A problem for the no-NaN property: `-inf` transitions, |scores| up to 1e4, K > T, C = 1,
+/// lengths of 1, and longer sequences than brute force allows.
+fn property_spec(seed: u64) -> GenSpec {
+    let mut g = random_spec(seed);
+    let r = |k: u64| (seed.wrapping_mul(6364136223846793005).wrapping_add(k) >> 33) as usize;
+    g.len = [1, 2, 5, 17, 40][r(1) % 5];
+    g.max_duration = [1, 3, 8, g.len, g.len + 5][r(2) % 5];
+    g.labels = [1, 2, 3, 6][r(3) % 4];
+    g.scale = [1.0, 50.0, 1e3, 1e4][r(4) % 4];
+    g.unreachable_label &= g.labels > 1;
+    g
+}
+
+fn outputs_are_finite_wherever_log_z_is_finite_on_10000_problems<E: Engine<f64>>(e: &E) {
+    let mut checked = 0;
+    for seed in 0..10_000u64 {
+        let g = property_spec(seed);
+        let owned = random_problem(seed, &g);
+        let p = owned.view().unwrap();
+        let problem = Problem::Structured(p.clone());
+        if !supports(e, &problem, Op::Backward) {
+            return;
+        }
+        let z = e.forward(&problem, SemiringKind::Log).unwrap();
+        let m = e.forward(&problem, SemiringKind::Max).unwrap();
+        let v = e.viterbi(&problem).unwrap();
+        for b in 0..g.batch {
+            assert!(
+                !z[b].is_nan() && z[b] != f64::INFINITY,
+                "seed {seed}: log Z {}",
+                z[b]
+            );
+            assert!(
+                !m[b].is_nan() && m[b] != f64::INFINITY,
+                "seed {seed}: max {}",
+                m[b]
+            );
+            assert_eq!(z[b].is_finite(), m[b].is_finite(), "seed {seed}");
+            if z[b].is_finite() {
+                let slack = 1e-12 * z[b].abs().max(1.0);
+                assert!(
+                    m[b] <= z[b] + slack,
+                    "seed {seed}: max {} > log Z {}",
+                    m[b],
+                    z[b]
+                );
+            }
+            if v[b].score.is_finite() {
+                let gold = gold_score(&p, b, &v[b].segments).unwrap();
+                assert!(F64_VALUES.ok(gold, v[b].score), "seed {seed}: viterbi gold");
+            }
+            let segs = random_segmentation(seed, p.lengths()[b], g.max_duration, g.labels);
+            let gold = gold_score(&p, b, &segs).unwrap();
+            if gold.is_finite() {
+                let nll = z[b] - gold;
+                assert!(
+                    nll >= -1e-10 * z[b].abs().max(1.0),
+                    "seed {seed}: NLL {nll}"
+                );
+            }
+        }
+        if z.iter().all(|x| x.is_finite()) {
+            let back = e.backward(&problem, &ones(g.batch)).unwrap();
+            let all =
+                |a: &Option<ArrayD<f64>>| a.iter().flat_map(|a| a.iter()).all(|x| x.is_finite());
+            let gr = &back.grad;
+            let dy = |x: &Option<ndarray::Array<f64, _>>| {
+                x.clone().map(|a: ndarray::Array3<f64>| a.into_dyn())
+            };
+            assert!(
+                all(&dy(&gr.scores)) && all(&gr.transition),
+                "seed {seed}: non-finite grad"
+            );
+            assert!(
+                all(&gr.duration.clone().map(|a| a.into_dyn())),
+                "seed {seed}"
+            );
+            assert!(all(&gr.start.clone().map(|a| a.into_dyn())), "seed {seed}");
+            assert!(all(&gr.end.clone().map(|a| a.into_dyn())), "seed {seed}");
+            assert!(
+                all(&dy(&gr.begin_boundary)) && all(&dy(&gr.end_boundary)),
+                "seed {seed}"
+            );
+            assert!(
+                back.boundary_marginals.iter().all(|x| x.is_finite()),
+                "seed {seed}"
+            );
+            // Position marginals are probabilities: they sum to one over labels.
+            let sc = gr.scores.as_ref().unwrap();
+            for b in 0..g.batch {
+                for t in 0..p.lengths()[b] {
+                    let s: f64 = sc.index_axis(Axis(0), b).row(t).sum();
+                    assert!(
+                        (s - 1.0).abs() < 1e-6,
+                        "seed {seed} b={b} t={t}: Σ marginals {s}"
+                    );
+                }
+            }
+        } else {
+            assert!(matches!(
+                e.backward(&problem, &ones(g.batch)),
+                Err(Error::Infeasible { .. })
+            ));
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 10_000);
+}
+
+fn a_long_sequence_in_f32_meets_the_accuracy_targets<E: Engine<f32>>(e: &E) {
+    // T = 10^5 with the edge tensor still small enough for the materialising engines.
+    let mut g = GenSpec::new(1, 100_000, 6, 3);
+    g.start = true;
+    g.end = true;
+    g.scale = 5.0;
+    let owned = random_problem(42, &g);
+    let o32 = owned.cast::<f32>();
+    let exact = o32.cast::<f64>();
+    let problem = Problem::Structured(o32.view().unwrap());
+    let r64 = Problem::Structured(exact.view().unwrap());
+    let z = e.forward(&problem, SemiringKind::Log).unwrap();
+    let want = Engine::<f64>::backward(&Reference, &r64, &[1.0]).unwrap();
+    let rel = (z[0] - want.log_z[0]).abs() / want.log_z[0].abs().max(1.0);
+    assert!(rel <= 1e-5, "{}: log Z relative error {rel:e}", e.name());
+    let got = e.backward(&problem, &[1.0]).unwrap();
+    assert_grads_close("T = 1e5", &got.grad, &want.grad, F32_GRADS);
+    let mut worst = 0.0f64;
+    for (x, y) in got
+        .grad
+        .scores
+        .unwrap()
+        .iter()
+        .zip(want.grad.scores.unwrap().iter())
+    {
+        worst = worst.max((x - y).abs());
+    }
+    let v = e.viterbi(&problem).unwrap();
+    let best = Engine::<f64>::forward(&Reference, &r64, SemiringKind::Max).unwrap()[0];
+    let gold = gold_score(&exact.view().unwrap(), 0, &v[0].segments).unwrap();
+    let vrel = (gold - best).abs() / best.abs();
+    assert!(vrel <= 1e-5, "viterbi gold {gold} vs {best}");
+    println!(
+        "{}: T = 1e5 f32: log Z rel error {rel:.2e}, worst marginal error {worst:.2e}, \
+         viterbi gold rel error {vrel:.2e}",
+        e.name()
+    );
+}
+
 fn exact(par: Parallelism) -> ExactEngine {
     let mut e = ExactEngine::new();
     e.parallelism = par;
@@ -658,6 +808,18 @@ macro_rules! conformance {
             #[test]
             fn f32_inputs_meet_the_accuracy_targets() {
                 super::f32_inputs_meet_the_accuracy_targets(&$make(Parallelism::Rayon));
+            }
+            #[test]
+            fn outputs_are_finite_wherever_log_z_is_finite_on_10000_problems() {
+                super::outputs_are_finite_wherever_log_z_is_finite_on_10000_problems(&$make(
+                    Parallelism::Rayon,
+                ));
+            }
+            #[test]
+            fn a_long_sequence_in_f32_meets_the_accuracy_targets() {
+                super::a_long_sequence_in_f32_meets_the_accuracy_targets(&$make(
+                    Parallelism::Rayon,
+                ));
             }
             #[test]
             fn edge_input_matches_brute_force_over_the_virtual_start() {

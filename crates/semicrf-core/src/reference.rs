@@ -149,15 +149,18 @@ fn alpha<S: Semiring>(e: &ArrayView5<'_, f64>, b: usize, len: usize) -> Array2<f
     let (_, _, k, c, _) = e.dim();
     let mut a = Array2::from_elem((len + 1, c), S::zero::<f64>());
     a.row_mut(0).fill(S::one());
+    // Every term of one (t, j) goes into a single max-shifted ⊕ (one rounding per cell, not one
+    // per term), so the oracle stays accurate at T = 10^5 and beyond.
+    let mut terms = Vec::with_capacity(k * c);
     for t in 1..=len {
         for j in 0..c {
-            let mut acc = S::zero::<f64>();
+            terms.clear();
             for d in 1..=k.min(t) {
                 for i in 0..c {
-                    acc = S::plus(acc, S::times(a[[t - d, i]], e[[b, t - d, d - 1, j, i]]));
+                    terms.push(S::times(a[[t - d, i]], e[[b, t - d, d - 1, j, i]]));
                 }
             }
-            a[[t, j]] = acc;
+            a[[t, j]] = S::sum(&terms);
         }
     }
     a
@@ -196,15 +199,16 @@ pub fn edge_marginals(edges: ArrayView5<'_, f64>, lengths: &[usize]) -> (Vec<f64
         // β_s(i): log-sum over the rest of the sequence after a segment of label i ends at s.
         let mut beta = Array2::from_elem((len + 1, c), f64::NEG_INFINITY);
         beta.row_mut(len).fill(0.0);
+        let mut terms = Vec::with_capacity(k * c);
         for s in (1..len).rev() {
             for i in 0..c {
-                let mut acc = f64::NEG_INFINITY;
+                terms.clear();
                 for d in 1..=k.min(len - s) {
                     for j in 0..c {
-                        acc = LogSemiring::plus(acc, edges[[b, s, d - 1, j, i]] + beta[[s + d, j]]);
+                        terms.push(edges[[b, s, d - 1, j, i]] + beta[[s + d, j]]);
                     }
                 }
-                beta[[s, i]] = acc;
+                beta[[s, i]] = LogSemiring::sum(&terms);
             }
         }
         for s in 0..len {
