@@ -115,9 +115,9 @@ pub struct StreamingEngine {
 
 const F64: u64 = 8;
 /// Allowance for allocator bookkeeping and small vectors per sequence.
-const PER_SEQUENCE_SLACK: u64 = 1024;
+const PER_SEQUENCE_SLACK: u64 = 512;
 /// Allowance for the batch-level vectors of results and the thread pool's job queue.
-const CONSTANT_SLACK: u64 = 64 * 1024;
+const CONSTANT_SLACK: u64 = 4096;
 
 impl StreamingEngine {
     /// An engine with default settings (rayon, automatic checkpoint interval).
@@ -162,7 +162,8 @@ impl StreamingEngine {
     ///   `f·(2K·C + 10C + max(K, C))` (plus `2K·C` for duration-dependent) + shared-parameter
     ///   partials `f·(R + K·C + 2C)`, the partials of all `B` sequences being alive at once;
     ///
-    /// plus 1 KiB per sequence and 64 KiB for bookkeeping. Sequences shorter than `T` need
+    /// plus 512 bytes per sequence and 4 KiB for bookkeeping. The formula counts the state of
+    /// every sequence as alive at once; with `P` threads at most `P` are. Sequences shorter than `T` need
     /// less. Every term is linear in `B`; the forward is flat in `T`.
     pub fn memory_bytes(&self, shape: Shape, dd: bool, op: Op) -> u64 {
         let (b, t, k, c) = (

@@ -504,3 +504,113 @@ fn memory_required_grows_like_sqrt_t_for_backward_and_is_flat_for_forward() {
     let b2 = Engine::<f32>::memory_required(&e, &q(1_000_000, Op::Backward)) as f64;
     assert!(b2 / b1 < 12.0 && b2 / b1 > 5.0, "{b1} {b2}");
 }
+
+mod counting {
+    //! A global allocator that counts the live bytes of the current thread (the engine runs
+    //! sequentially in the test that uses it, so every allocation it makes is on this thread).
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    pub struct Counting;
+
+    thread_local! {
+        static LIVE: Cell<i64> = const { Cell::new(0) };
+        static PEAK: Cell<i64> = const { Cell::new(0) };
+    }
+
+    fn track(delta: i64) {
+        let _ = LIVE.try_with(|l| {
+            let v = l.get() + delta;
+            l.set(v);
+            let _ = PEAK.try_with(|p| p.set(p.get().max(v)));
+        });
+    }
+
+    // SAFETY: forwards every call to the system allocator unchanged; only counts sizes.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: same contract as the caller's.
+            let p = unsafe { System.alloc(layout) };
+            if !p.is_null() {
+                track(layout.size() as i64);
+            }
+            p
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: same contract as the caller's.
+            unsafe { System.dealloc(ptr, layout) };
+            track(-(layout.size() as i64));
+        }
+    }
+
+    /// Peak live bytes above the starting level while `f` runs, and its result.
+    pub fn peak<T>(f: impl FnOnce() -> T) -> (u64, T) {
+        let start = LIVE.with(Cell::get);
+        PEAK.with(|p| p.set(start));
+        let out = f();
+        let peak = PEAK.with(Cell::get);
+        ((peak - start).max(0) as u64, out)
+    }
+}
+
+#[global_allocator]
+static ALLOC: counting::Counting = counting::Counting;
+
+#[test]
+fn memory_required_bounds_the_measured_peak_of_every_operation() {
+    use semicrf_core::{Op, Query};
+    let e = StreamingEngine::new().parallelism(Parallelism::Sequential);
+    for (b, t, k, c, dd) in [
+        (16, 256, 15, 8, false),
+        (2, 3000, 40, 5, false),
+        (1, 20_000, 10, 3, false),
+        (3, 500, 12, 4, true),
+    ] {
+        let mut g = GenSpec::new(b, t, k, c);
+        g.boundaries = true;
+        g.start = true;
+        if dd {
+            g.transition = TransitionKind::DurationDependent;
+        }
+        let p = random_problem(1, &g).cast::<f32>();
+        let v = Problem::Structured(p.view().unwrap());
+        let f = std::mem::size_of::<f64>() as u64;
+        let (btc, bt) = ((b * t * c) as u64, (b * t) as u64);
+        let shared = if dd { k * c * c } else { c * c } + k * c + 2 * c;
+        for op in [Op::Forward(SemiringKind::Log), Op::Backward, Op::Viterbi] {
+            let bound = Engine::<f32>::memory_required(&e, &Query::of(&v, op));
+            let (peak, outputs) = match op {
+                Op::Forward(s) => {
+                    let (peak, r) = counting::peak(|| e.forward(&v, s).unwrap());
+                    (peak, r.capacity() as u64 * f)
+                }
+                Op::Backward => {
+                    let up = vec![1.0; b];
+                    let (peak, _) = counting::peak(|| e.backward(&v, &up).unwrap());
+                    (peak, f * (b as u64 + 3 * btc + bt + shared as u64))
+                }
+                Op::Viterbi => {
+                    let (peak, r) = counting::peak(|| e.viterbi(&v).unwrap());
+                    let segs: u64 = r
+                        .iter()
+                        .map(|d| {
+                            (d.segments.capacity() * std::mem::size_of_val(&d.segments[0])) as u64
+                        })
+                        .sum();
+                    let outer =
+                        (r.capacity() * std::mem::size_of::<semicrf_core::Decoded>()) as u64;
+                    (peak, segs + outer)
+                }
+            };
+            let working = peak.saturating_sub(outputs);
+            eprintln!(
+                "(B,T,K,C)=({b},{t},{k},{c}) dd={dd} {op:?}: measured working {working} B, formula {bound} B ({:.2}×)",
+                bound as f64 / working.max(1) as f64
+            );
+            assert!(
+                working <= bound,
+                "{op:?}: measured {working} > formula {bound}"
+            );
+        }
+    }
+}

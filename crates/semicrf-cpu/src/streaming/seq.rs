@@ -590,6 +590,56 @@ impl Fwd {
         self.advance(p, seq);
     }
 
+    /// The max-semiring step for a static transition that also records the backpointers of
+    /// `α_p` (best duration) and `u_p` (best previous label).
+    fn step_viterbi<F: Scalar>(
+        &mut self,
+        p: usize,
+        seq: &SeqIn<'_, F>,
+        par: &Params,
+        bp_dur: &mut [u32],
+        bp_prev: &mut [u32],
+    ) {
+        let (k, c) = (self.k, self.c);
+        if p == 0 {
+            self.u.copy_from_slice(&par.start);
+        } else {
+            seq.eb_row(p - 1, &mut self.row);
+            let slot = p % k;
+            for j in 0..c {
+                let dmax = k.min(p - self.z[j]);
+                if dmax == 0 {
+                    self.alpha[j] = NEG;
+                    continue;
+                }
+                let off = j * 2 * k + slot + k - dmax;
+                let w = &self.ring[off..off + dmax];
+                let dr = &par.dur_rev[j * k + k - dmax..j * k + k];
+                // The window runs from duration dmax down to 1: the last maximum is the
+                // smallest duration.
+                let (best, e) = argmax_add(w, dr, true);
+                self.alpha[j] = best + self.pref[j] + self.row[j];
+                bp_dur[p * c + j] = (dmax - e) as u32;
+            }
+            if p == seq.len {
+                return;
+            }
+            for j in 0..c {
+                let (best, i) = argmax_add(&self.alpha, &par.tr_t[j * c..(j + 1) * c], false);
+                self.u[j] = best;
+                bp_prev[p * c + j] = i as u32;
+            }
+        }
+        seq.bb_row(p, &mut self.row);
+        let slot = p % k;
+        for j in 0..c {
+            let v = self.u[j] + self.row[j] - self.pref[j];
+            self.ring[j * 2 * k + slot] = v;
+            self.ring[j * 2 * k + slot + k] = v;
+        }
+        self.advance(p, seq);
+    }
+
     #[inline]
     fn advance<F: Scalar>(&mut self, p: usize, seq: &SeqIn<'_, F>) {
         seq.scores_row(p, &mut self.row);
@@ -1240,6 +1290,10 @@ pub(crate) fn viterbi<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params) -> Decoded {
     let mut bp_prev = vec![0u32; (len + 1) * c];
     let mut f = Fwd::new(par);
     for p in 0..=len {
+        if !par.dd {
+            f.step_viterbi(p, seq, par, &mut bp_dur, &mut bp_prev);
+            continue;
+        }
         if p >= 1 {
             // Backpointers of α_p from the ring as it stands before the step.
             for j in 0..c {
@@ -1247,71 +1301,61 @@ pub(crate) fn viterbi<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params) -> Decoded {
                 if dmax == 0 {
                     continue;
                 }
-                if par.dd {
-                    let mut best = NEG;
-                    let (mut bd, mut bi) = (1usize, 0usize);
-                    for d in 1..=dmax {
-                        let s = p - d;
-                        let slot = s % k;
-                        let (inner, i) = if s == 0 {
-                            (par.start[j], 0)
-                        } else {
-                            let a = &f.ring[slot * c..(slot + 1) * c];
-                            let o = (d - 1) * c * c + j * c;
-                            argmax_add(a, &par.tr_t[o..o + c], false)
-                        };
-                        let x = inner + f.qring[slot * c + j] + par.dur[j * k + d - 1];
-                        if x > best {
-                            best = x;
-                            bd = d;
-                            bi = i;
-                        }
+                let mut best = NEG;
+                let (mut bd, mut bi) = (1usize, 0usize);
+                for d in 1..=dmax {
+                    let s = p - d;
+                    let slot = s % k;
+                    let (inner, i) = if s == 0 {
+                        (par.start[j], 0)
+                    } else {
+                        let a = &f.ring[slot * c..(slot + 1) * c];
+                        let o = (d - 1) * c * c + j * c;
+                        argmax_add(a, &par.tr_t[o..o + c], false)
+                    };
+                    let x = inner + f.qring[slot * c + j] + par.dur[j * k + d - 1];
+                    if x > best {
+                        best = x;
+                        bd = d;
+                        bi = i;
                     }
-                    bp_dur[p * c + j] = bd as u32;
-                    bp_prev[p * c + j] = bi as u32;
-                } else {
-                    let off = j * 2 * k + p % k + k - dmax;
-                    let w = &f.ring[off..off + dmax];
-                    let dr = &par.dur_rev[j * k + k - dmax..j * k + k];
-                    // The window runs from duration dmax down to 1: the last maximum is the
-                    // smallest duration.
-                    let (_, e) = argmax_add(w, dr, true);
-                    bp_dur[p * c + j] = (dmax - e) as u32;
                 }
+                bp_dur[p * c + j] = bd as u32;
+                bp_prev[p * c + j] = bi as u32;
             }
         }
         f.step::<true, F>(p, seq, par);
-        if !par.dd && p >= 1 && p < len {
-            for j in 0..c {
-                let (_, i) = argmax_add(&f.alpha, &par.tr_t[j * c..(j + 1) * c], false);
-                bp_prev[p * c + j] = i as u32;
-            }
-        }
     }
     // Final label: the smallest index attaining the maximum.
-    let (score, mut j) = argmax_add(&f.alpha, &par.end, false);
+    let (score, j) = argmax_add(&f.alpha, &par.end, false);
     if score == NEG {
         return Decoded {
             score,
             segments: Vec::new(),
         };
     }
-    let mut segments = Vec::new();
-    let mut t = len;
-    while t > 0 {
-        let d = bp_dur[t * c + j] as usize;
-        let s = t - d;
-        segments.push(Segment::new(s, d, j));
-        if s == 0 {
-            break;
+    // Trace back twice: once to count the segments, once to fill an exact allocation.
+    let back = |mut j: usize, mut visit: Box<dyn FnMut(Segment) + '_>| {
+        let mut t = len;
+        while t > 0 {
+            let d = bp_dur[t * c + j] as usize;
+            let s = t - d;
+            visit(Segment::new(s, d, j));
+            if s == 0 {
+                break;
+            }
+            j = if par.dd {
+                bp_prev[t * c + j] as usize
+            } else {
+                bp_prev[s * c + j] as usize
+            };
+            t = s;
         }
-        j = if par.dd {
-            bp_prev[t * c + j] as usize
-        } else {
-            bp_prev[s * c + j] as usize
-        };
-        t = s;
-    }
+    };
+    let mut n = 0usize;
+    back(j, Box::new(|_| n += 1));
+    let mut segments = Vec::with_capacity(n);
+    back(j, Box::new(|seg| segments.push(seg)));
     segments.reverse();
     Decoded { score, segments }
 }
