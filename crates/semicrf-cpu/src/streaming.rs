@@ -31,8 +31,9 @@
 //! duration `Σ_s exp(u_s + seg + β_{s+d} - log Z)`, transition
 //! `Σ_s exp(α_s(i) + transition[i, j] + γ_s(j) - log Z)`, begin boundary `exp(u_s + γ_s -
 //! log Z)`, end boundary `exp(α_e + β_e - log Z)`, and the position marginals (the gradient of
-//! the scores) are the number of segments of label `c` ending after `t` minus those starting
-//! after `t`, accumulated from the end. Shared parameters are summed per sequence and then
+//! the scores) `Σ_{s ≤ t < s+d} μ(s, d, c)`: each start `s` adds, to position `s+d-1`, the
+//! suffix sum of its segment marginals over durations `≥ d` (local sums, so no rounding
+//! drift over long sequences). Shared parameters are summed per sequence and then
 //! over the batch in ascending order, so results are bitwise identical for every thread
 //! count.
 //!
@@ -56,7 +57,7 @@
 //! |---|---|---|
 //! | forward, static transition | `O(T·C·(C+K))` | `O(K·C)` |
 //! | forward, `(K, C, C)` transition | `O(T·K·C²)` | `O(K·C)` |
-//! | forward + backward | about 3× the forward | `O(K·C + (T/Δ)·K·C + Δ·C)`, `O(sqrt(T·K)·C)` at the default `Δ` |
+//! | forward + backward | about 3× the forward (`O(T·C·(C+K))`) | `O(K·C + (T/Δ)·K·C + Δ·C)`, `O(sqrt(T·K)·C)` at the default `Δ` |
 //! | Viterbi | the forward | `O(K·C)` + `8·T·C` bytes of backpointers |
 //!
 //! [`StreamingEngine::memory_bytes`] gives the exact formula used by

@@ -55,6 +55,8 @@ fn problems() -> Vec<(String, OwnedPotentials<f64>)> {
         (1e3, 60, 8, 4),
         (1e4, 40, 6, 3),
         (300.0, 80, 30, 2),
+        (5.0, 400, 200, 3),
+        (20.0, 300, 120, 2),
     ]
     .into_iter()
     .enumerate()
@@ -218,6 +220,9 @@ fn gradients_match_the_reference_backward_within_1e_10() {
             (Ok(a), Ok(b)) => {
                 let err = grad_err(&a, &b, grad_tol(&p));
                 assert!(err <= 1.0, "{name}: error {err} × tolerance");
+                if err > 0.3 {
+                    eprintln!("{name}: {err} × tolerance");
+                }
                 worst = worst.max(err);
             }
             (Err(Error::Infeasible { sequence: x }), Err(Error::Infeasible { sequence: y })) => {
@@ -361,34 +366,57 @@ fn edge_input_is_unsupported() {
 
 #[test]
 fn a_sequence_of_1e5_positions_in_f32_stays_finite_and_accurate() {
-    let mut g = GenSpec::new(1, 100_000, 8, 4);
+    let mut g = GenSpec::new(1, 100_000, 6, 3);
     g.scale = 5.0;
     g.start = true;
     g.end = true;
+    g.boundaries = true;
     let p = random_problem(5, &g);
     let p32 = p.cast::<f32>();
-    let back = p32.cast::<f64>();
     let e = StreamingEngine::new();
     let a = backward(&e, &p32, &[1.0]).unwrap();
-    let b = backward(&e, &back, &[1.0]).unwrap();
+    // The oracle on the same (cast) values, in f64 with materialised edges.
+    let b = backward(&Reference, &p32, &[1.0]).unwrap();
     let (za, zb) = (a.log_z[0], b.log_z[0]);
     assert!(za.is_finite());
-    assert!((za - zb).abs() <= 1e-5 * zb.abs().max(1.0), "{za} vs {zb}");
-    let err = grad_err(&a, &b, 1e-4);
-    assert!(err <= 1.0, "gradient error {err} × 1e-4");
-    // Position marginals sum to one at every position (they are differences of running
-    // sums over the whole sequence, so the tolerance is wider than per-term rounding).
-    let s = a.grad.scores.unwrap();
+    let rel = (za - zb).abs() / zb.abs().max(1.0);
+    assert!(rel <= 1e-5, "{za} vs {zb}");
+    // Gradients within 1e-4 absolute.
     let mut worst = 0.0f64;
-    for t in 0..100_000 {
-        let tot: f64 = (0..4).map(|c| s[[0, t, c]]).sum();
-        worst = worst.max((tot - 1.0).abs());
+    let pairs = [
+        (&a.grad.scores, &b.grad.scores),
+        (&a.grad.begin_boundary, &b.grad.begin_boundary),
+        (&a.grad.end_boundary, &b.grad.end_boundary),
+    ];
+    for (x, y) in pairs {
+        for (u, v) in x.as_ref().unwrap().iter().zip(y.as_ref().unwrap().iter()) {
+            assert!(u.is_finite());
+            worst = worst.max((u - v).abs());
+        }
+    }
+    for (u, v) in a.boundary_marginals.iter().zip(b.boundary_marginals.iter()) {
+        worst = worst.max((u - v).abs());
+    }
+    let shared = |x: &Backward| -> Vec<f64> {
+        let g = &x.grad;
+        g.transition
+            .iter()
+            .flat_map(|t| t.iter().copied())
+            .chain(g.duration.iter().flat_map(|t| t.iter().copied()))
+            .chain(g.start.iter().flat_map(|t| t.iter().copied()))
+            .chain(g.end.iter().flat_map(|t| t.iter().copied()))
+            .collect()
+    };
+    let mut worst_shared = 0.0f64;
+    for (u, v) in shared(&a).iter().zip(&shared(&b)) {
+        // Shared gradients are expected counts over 1e5 positions: compare relatively.
+        worst_shared = worst_shared.max((u - v).abs() / v.abs().max(1.0));
     }
     eprintln!(
-        "1e5 positions: |log Z f32 - f64| = {:e}, worst |Σ_c marginal - 1| = {worst:e}",
-        (za - zb).abs()
+        "1e5 positions, f32 inputs: log Z relative error {rel:e}, worst per-position gradient error {worst:e}, worst shared-gradient relative error {worst_shared:e}"
     );
-    assert!(worst < 1e-5, "{worst}");
+    assert!(worst <= 1e-4, "{worst}");
+    assert!(worst_shared <= 1e-5, "{worst_shared}");
 }
 
 /// A random problem for the property test: the small specs pushed to extremes.

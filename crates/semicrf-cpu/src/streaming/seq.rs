@@ -830,14 +830,10 @@ pub(crate) fn backward<F: Scalar>(
                 }
                 continue;
             }
-            // Position marginals at s: segments ending after s minus those starting after s.
-            for j in 0..c {
-                pos_out[s * c + j] = g * bw.run[j];
-            }
             if dd {
-                bw.step_dd(&at, seq, par, log_z, &mut parts);
+                bw.step_dd(&at, seq, par, log_z, &mut parts, pos_out, g);
             } else {
-                bw.step(&at, seq, par, log_z, &mut parts);
+                bw.step(&at, seq, par, log_z, &mut parts, pos_out, g);
             }
             let mut total = 0.0;
             for j in 0..c {
@@ -881,8 +877,10 @@ struct Bwd {
     bgn: Vec<f64>,
     /// P(a segment of label i ends at s), last step.
     endm: Vec<f64>,
-    /// Segments of label j ending after s minus those starting after s.
-    run: Vec<f64>,
+    /// The position of the step being processed.
+    s: usize,
+    /// Duration-dependent: `μ(s, d, j)` of the current step at `[(d-1)*C + j]`.
+    cover: Vec<f64>,
     buf: Vec<f64>,
     ybuf: Vec<f64>,
     row: Vec<f64>,
@@ -910,7 +908,8 @@ impl Bwd {
             gamma: vec![NEG; c],
             bgn: vec![0.0; c],
             endm: vec![0.0; c],
-            run: vec![0.0; c],
+            s: len,
+            cover: vec![0.0; if par.dd { k * c } else { 0 }],
             buf: vec![0.0; if par.dd { k * c } else { k.max(c) }],
             ybuf: vec![NEG; if par.dd { k * c } else { 0 }],
             row: vec![0.0; c],
@@ -996,7 +995,6 @@ impl Bwd {
             let e = (at.alpha[j] + par.end[j] - log_z).exp();
             self.endm[j] = e;
             parts.end[j] += e;
-            self.run[j] = e;
             self.row2[j] = par.end[j] + at.pref[j] + self.row[j];
         }
         let bp = std::mem::take(&mut self.row2);
@@ -1025,8 +1023,11 @@ impl Bwd {
         par: &Params,
         log_z: f64,
         parts: &mut Partials,
+        pos: &mut [f64],
+        g: f64,
     ) {
         let (k, c, len, s) = (self.k, self.c, self.len, at.s);
+        self.s = s;
         self.see_scores(s, seq);
         seq.bb_row(s, &mut self.row);
         let slot = (s + 1) % k;
@@ -1072,7 +1073,7 @@ impl Bwd {
             let off = j * 2 * k + slot;
             let q = self.row[j] - at.pref[j];
             if self.exact[j] {
-                self.gamma_exact(j, dmax, off, q, at.u[j], par, log_z, parts);
+                self.gamma_exact(j, dmax, off, q, at.u[j], par, log_z, parts, pos, g);
                 continue;
             }
             self.gamma[j] = self.sigma[j] + par.dmaxdur[j] + self.lns[j] + q;
@@ -1081,14 +1082,17 @@ impl Bwd {
                 let dl = &par.dlin[j * k..j * k + dmax];
                 let dg = &mut parts.dur[j * k..j * k + dmax];
                 let w = &self.lin[off..off + dmax];
-                for d in 0..dmax {
-                    dg[d] += f * (w[d] * dl[d]);
+                // μ(s, d, j); a segment of duration d covers positions s..s+d, so position
+                // s+d-1 gains the suffix sum over durations >= d.
+                let mut acc = 0.0;
+                for d in (0..dmax).rev() {
+                    let mu = f * (w[d] * dl[d]);
+                    dg[d] += mu;
+                    acc += mu;
+                    pos[(s + d) * c + j] += g * acc;
                 }
-                self.bgn[j] = f * self.sums[j];
+                self.bgn[j] = acc;
             }
-        }
-        for j in 0..c {
-            self.run[j] -= self.bgn[j];
         }
         if s == 0 {
             for j in 0..c {
@@ -1139,9 +1143,6 @@ impl Bwd {
                 self.row2[i] = beta + at.pref[i] + self.row[i];
             }
         }
-        for i in 0..c {
-            self.run[i] += self.endm[i];
-        }
         let bp = std::mem::take(&mut self.row2);
         self.push_w(s, &bp, false);
         self.row2 = bp;
@@ -1158,8 +1159,10 @@ impl Bwd {
         par: &Params,
         log_z: f64,
         parts: &mut Partials,
+        pos: &mut [f64],
+        g: f64,
     ) {
-        let k = self.k;
+        let (k, c, s) = (self.k, self.c, self.s);
         let buf = &mut self.buf[..dmax];
         let (l, m, sum) = lse_add(
             &self.wring[off..off + dmax],
@@ -1173,11 +1176,16 @@ impl Bwd {
         let scale = (u + q + m - log_z).exp();
         if scale > 0.0 {
             let dg = &mut parts.dur[j * k..j * k + dmax];
-            for (g, &x) in dg.iter_mut().zip(buf.iter()) {
-                *g += x * scale;
+            let mut acc = 0.0;
+            for d in (0..dmax).rev() {
+                let mu = buf[d] * scale;
+                dg[d] += mu;
+                acc += mu;
+                pos[(s + d) * c + j] += g * acc;
             }
-            self.bgn[j] = sum * scale;
+            self.bgn[j] = acc;
         }
+        let _ = sum;
     }
 
     /// `β_s(i)`, its transition marginals and `endm[i]`, exactly in the log domain.
@@ -1205,6 +1213,25 @@ impl Bwd {
         l
     }
 
+    /// Duration-dependent: from `cover[(d-1)*C + j] = μ(s, d, j)` (summed over the previous
+    /// label), adds the suffix sums over `d` to the position marginals of `s..s+K` and sets
+    /// `bgn`.
+    fn cover_positions(&mut self, pos: &mut [f64], g: f64) {
+        let (k, c, s) = (self.k, self.c, self.s);
+        for j in 0..c {
+            let mut acc = 0.0;
+            for d in (0..k).rev() {
+                let mu = self.cover[d * c + j];
+                if mu == 0.0 && acc == 0.0 {
+                    continue;
+                }
+                acc += mu;
+                pos[(s + d) * c + j] += g * acc;
+            }
+            self.bgn[j] = acc;
+        }
+    }
+
     /// A position `s < L`, duration-dependent transition.
     fn step_dd<F: Scalar>(
         &mut self,
@@ -1213,8 +1240,11 @@ impl Bwd {
         par: &Params,
         log_z: f64,
         parts: &mut Partials,
+        pos: &mut [f64],
+        g: f64,
     ) {
         let (k, c, len, s) = (self.k, self.c, self.len, at.s);
+        self.s = s;
         self.see_scores(s, seq);
         seq.bb_row(s, &mut self.row);
         // y[(d-1)*C + j] = w_{s+d}(j) + dur[d-1, j] + bb[s, j] - P[s, j] (seg ⊗ β_{s+d}).
@@ -1230,17 +1260,18 @@ impl Bwd {
             }
             self.bgn[j] = 0.0;
         }
+        self.cover.fill(0.0);
         if s == 0 {
             for j in 0..c {
-                let mut tot = 0.0;
                 for d in 1..=k {
                     let mu = (par.start[j] + self.ybuf[(d - 1) * c + j] - log_z).exp();
                     parts.dur[j * k + d - 1] += mu;
-                    tot += mu;
+                    self.cover[(d - 1) * c + j] = mu;
                 }
-                self.bgn[j] = tot;
-                parts.start[j] += tot;
-                self.run[j] -= tot;
+            }
+            self.cover_positions(pos, g);
+            for j in 0..c {
+                parts.start[j] += self.bgn[j];
             }
             return;
         }
@@ -1262,7 +1293,7 @@ impl Bwd {
                         for j in 0..c {
                             let mu = buf[d * c + j];
                             parts.dur[j * k + d] += mu;
-                            self.bgn[j] += mu;
+                            self.cover[d * c + j] += mu;
                         }
                     }
                     self.endm[i] = sum * scale;
@@ -1270,9 +1301,7 @@ impl Bwd {
             }
             self.row2[i] = l + at.pref[i] + self.row[i];
         }
-        for j in 0..c {
-            self.run[j] += self.endm[j] - self.bgn[j];
-        }
+        self.cover_positions(pos, g);
         let bp = std::mem::take(&mut self.row2);
         self.push_w(s, &bp, true);
         self.row2 = bp;
