@@ -1,0 +1,102 @@
+"""Shared helpers of the peer harness: loading a problem written by `export_problem`,
+timing, agreement errors and result files.
+
+A problem file is the interchange JSON of SPEC section 8 (`scores` (B, T, C), `transition`
+(C, C), `duration` (K, C), `start` (C), `lengths`, `max_duration`); values are f32 inputs
+widened exactly to f64. Peers run in f64 on those values.
+
+Convention (see SPEC 1.2): both peers start a sequence from a *virtual start*: the first
+segment pays `transition[i, c]` summed (log-sum-exp) over every source label `i`. Our problems
+carry `start[c] = logsumexp_i transition[i, c]` (rounded to f32), which is the same model up
+to that rounding (a relative difference of ~1e-7 in log Z at most).
+"""
+
+import json
+import os
+import statistics
+import time
+
+import torch
+
+
+def load_problem(path):
+    with open(path) as f:
+        p = json.load(f)
+    dd = torch.float64
+    scores = torch.tensor(p["scores"], dtype=dd)
+    transition = torch.tensor(p["transition"], dtype=dd)
+    duration = torch.tensor(p["duration"], dtype=dd)
+    lengths = torch.tensor(p["lengths"], dtype=torch.long)
+    return {
+        "scores": scores,
+        "transition": transition,
+        "duration": duration,
+        "lengths": lengths,
+        "K": int(p["max_duration"]),
+    }
+
+
+def load_ours(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def timed(fn, repeats, warmup):
+    """Runs fn warmup times untimed, then repeats times; returns (last result, runs in ms)."""
+    out = None
+    for _ in range(warmup):
+        out = fn()
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        runs.append((time.perf_counter() - t0) * 1e3)
+    return out, runs
+
+
+def max_abs(a, b):
+    a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
+    b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
+    return float((a - b).abs().max())
+
+
+def log_z_errors(theirs, ours):
+    """Max absolute error and max error relative to max(1, |log Z|)."""
+    t = torch.as_tensor(theirs, dtype=torch.float64).reshape(-1)
+    o = torch.as_tensor(ours, dtype=torch.float64).reshape(-1)
+    abs_err = (t - o).abs()
+    rel = abs_err / torch.clamp(o.abs(), min=1.0)
+    return float(abs_err.max()), float(rel.max())
+
+
+class Result:
+    """A result file written after every phase, so a run killed by a timeout keeps what it
+    finished."""
+
+    def __init__(self, path, **fields):
+        self.path = path
+        self.doc = dict(fields)
+        self.doc["status"] = "running"
+        self.save()
+
+    def set(self, **fields):
+        self.doc.update(fields)
+        self.save()
+
+    def save(self):
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.doc, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, self.path)
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def position_marginals_from_cum_grad(grad_cum):
+    """d/d scores[t] of a function of cum[u] = sum_{s<u} scores[s]: sum over u > t."""
+    g = grad_cum[:, 1:, :]
+    return torch.flip(torch.cumsum(torch.flip(g, [1]), 1), [1])

@@ -1,0 +1,103 @@
+"""flash-semicrf's PyTorch CPU reference on a problem written by `export_problem`.
+
+    python run_flash.py --problem P.json --ours O.json --out results/flash_S2.json \
+        [--repeats 5] [--warmup 1] [--threads 2]
+
+Runs `flash_semicrf.streaming.semi_crf_streaming_forward` (on CPU it dispatches to the pure
+PyTorch reference, `semi_crf_streaming_forward_pytorch`, and its autograd function), f64, on
+`cum_scores` = the f64 prefix sums of our scores (not zero-centred: centring would change the
+model), our transition and duration scores. Times the forward under `torch.no_grad()` and
+forward+backward (autograd, gradients for cum_scores, transition and duration), median of
+`repeats` runs after `warmup` untimed ones; compares log Z, the position marginals (the
+gradient with respect to scores) and the duration gradient with ours.
+"""
+
+import argparse
+import sys
+
+import torch
+
+import common
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--problem", required=True)
+    ap.add_argument("--ours", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--skip-backward", action="store_true")
+    a = ap.parse_args()
+
+    import flash_semicrf
+    from flash_semicrf.streaming import semi_crf_streaming_forward
+
+    torch.set_num_threads(a.threads)
+    p = common.load_problem(a.problem)
+    ours = common.load_ours(a.ours)
+    B, T, C = p["scores"].shape
+    K = p["K"]
+    cum = torch.zeros(B, T + 1, C, dtype=torch.float64)
+    cum[:, 1:, :] = torch.cumsum(p["scores"], dim=1)
+    res = common.Result(
+        a.out,
+        peer="flash-semicrf",
+        version=getattr(flash_semicrf, "__version__", "unknown"),
+        implementation="streaming PyTorch CPU reference (semi_crf_streaming_forward, use_triton=False), f64",
+        torch=torch.__version__,
+        threads=a.threads,
+        shape_id=ours["shape_id"],
+        shape=[B, T, K, C],
+        repeats=a.repeats,
+        warmup=a.warmup,
+    )
+
+    def fwd():
+        with torch.no_grad():
+            return semi_crf_streaming_forward(
+                cum, p["transition"], p["duration"], p["lengths"], K, use_triton=False
+            )
+
+    log_z, runs = common.timed(fwd, a.repeats, a.warmup)
+    abs_err, rel_err = common.log_z_errors(log_z, ours["log_z"])
+    res.set(
+        forward_ms=common.median(runs),
+        forward_runs_ms=runs,
+        log_z=log_z.tolist(),
+        log_z_max_abs_err=abs_err,
+        log_z_max_rel_err=rel_err,
+        status="forward done",
+    )
+    print(f"flash-semicrf forward: {common.median(runs):.1f} ms, |dlogZ| {abs_err:.2e}", flush=True)
+    if a.skip_backward:
+        res.set(status="ok")
+        return
+
+    def fwd_bwd():
+        c = cum.clone().requires_grad_(True)
+        tr = p["transition"].clone().requires_grad_(True)
+        du = p["duration"].clone().requires_grad_(True)
+        z = semi_crf_streaming_forward(c, tr, du, p["lengths"], K, use_triton=False)
+        z.sum().backward()
+        return c.grad, du.grad
+
+    (g_cum, g_dur), runs = common.timed(fwd_bwd, a.repeats, a.warmup)
+    fields = dict(backward_ms=common.median(runs), backward_runs_ms=runs, status="ok")
+    if ours.get("grad_scores") is not None:
+        fields["grad_scores_max_abs_err"] = common.max_abs(
+            common.position_marginals_from_cum_grad(g_cum), ours["grad_scores"]
+        )
+    if ours.get("grad_duration") is not None:
+        fields["grad_duration_max_abs_err"] = common.max_abs(g_dur, ours["grad_duration"])
+    res.set(**fields)
+    print(
+        f"flash-semicrf forward+backward: {common.median(runs):.1f} ms, "
+        f"|dgrad scores| {fields.get('grad_scores_max_abs_err', float('nan')):.2e}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
