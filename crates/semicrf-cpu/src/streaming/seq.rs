@@ -754,7 +754,7 @@ pub(crate) fn backward_f64s(k: usize, c: usize, dd: bool, delta: usize) -> usize
     let ring = if dd { k * c } else { 2 * k * c };
     let ybuf = if dd { 2 * k * c } else { 0 };
     let lin = if dd { 0 } else { 2 * k * c };
-    ring + lin + ybuf + 3 * delta * c + 16 * c + k.max(c)
+    ring + lin + ybuf + k * c + 3 * delta * c + 16 * c + k.max(c)
 }
 
 /// Forward and backward of one sequence with checkpoints every `delta` positions; writes the
@@ -779,22 +779,33 @@ pub(crate) fn backward<F: Scalar>(
         end: vec![0.0; c],
     };
     // Pass 1: forward, saving a checkpoint at the start of every interval.
+    // The last interval's α, u and P are kept from this pass (it is the first one needed).
     let mut cps = Checkpoints::new(n_int, k, c, dd);
     let mut f = Fwd::new(par);
+    let mut ab = vec![0.0; delta * c];
+    let mut ub = vec![0.0; delta * c];
+    let mut pb = vec![0.0; delta * c];
+    let last0 = (n_int - 1) * delta;
     for p in 0..=len {
         if p % delta == 0 {
             f.save(&mut cps, p / delta, p);
         }
-        f.step::<false, F>(p, seq, par);
+        if p >= last0 {
+            let r = (p - last0) * c;
+            pb[r..r + c].copy_from_slice(&f.pref);
+            f.step::<false, F>(p, seq, par);
+            ab[r..r + c].copy_from_slice(&f.alpha);
+            ub[r..r + c].copy_from_slice(&f.u);
+        } else {
+            f.step::<false, F>(p, seq, par);
+        }
     }
     let log_z = f.total::<false>(par);
     if log_z == NEG {
         return (log_z, parts);
     }
-    // Pass 2: intervals from last to first; recompute α, u, P inside, then run β down.
-    let mut ab = vec![0.0; delta * c];
-    let mut ub = vec![0.0; delta * c];
-    let mut pb = vec![0.0; delta * c];
+    // Pass 2: intervals from last to first; recompute α, u, P inside (except for the last,
+    // kept from pass 1), then run β down.
     let mut bw = Bwd::new(par, len);
     let SeqOut {
         scores: pos_out,
@@ -805,13 +816,15 @@ pub(crate) fn backward<F: Scalar>(
     for n in (0..n_int).rev() {
         let p0 = n * delta;
         let p1 = ((n + 1) * delta).min(len + 1);
-        f.restore(&cps, n);
-        for p in p0..p1 {
-            let r = (p - p0) * c;
-            pb[r..r + c].copy_from_slice(&f.pref);
-            f.step::<false, F>(p, seq, par);
-            ab[r..r + c].copy_from_slice(&f.alpha);
-            ub[r..r + c].copy_from_slice(&f.u);
+        if n + 1 < n_int {
+            f.restore(&cps, n);
+            for p in p0..p1 {
+                let r = (p - p0) * c;
+                pb[r..r + c].copy_from_slice(&f.pref);
+                f.step::<false, F>(p, seq, par);
+                ab[r..r + c].copy_from_slice(&f.alpha);
+                ub[r..r + c].copy_from_slice(&f.u);
+            }
         }
         for s in (p0..p1).rev() {
             let r = (s - p0) * c;
@@ -879,8 +892,10 @@ struct Bwd {
     endm: Vec<f64>,
     /// The position of the step being processed.
     s: usize,
-    /// Duration-dependent: `μ(s, d, j)` of the current step at `[(d-1)*C + j]`.
+    /// `μ(s, d, j)` of the current step at `[(d-1)*C + j]`.
     cover: Vec<f64>,
+    /// The largest duration of the current step.
+    maxd: usize,
     buf: Vec<f64>,
     ybuf: Vec<f64>,
     row: Vec<f64>,
@@ -909,7 +924,8 @@ impl Bwd {
             bgn: vec![0.0; c],
             endm: vec![0.0; c],
             s: len,
-            cover: vec![0.0; if par.dd { k * c } else { 0 }],
+            cover: vec![0.0; k * c],
+            maxd: 0,
             buf: vec![0.0; if par.dd { k * c } else { k.max(c) }],
             ybuf: vec![NEG; if par.dd { k * c } else { 0 }],
             row: vec![0.0; c],
@@ -956,26 +972,29 @@ impl Bwd {
     fn push_w(&mut self, e: usize, beta_plus: &[f64], dd: bool) {
         let (k, c) = (self.k, self.c);
         let slot = e % k;
+        if dd {
+            self.wring[slot * c..(slot + 1) * c].copy_from_slice(&beta_plus[..c]);
+            return;
+        }
         for j in 0..c {
             let w = beta_plus[j];
-            if dd {
-                self.wring[slot * c + j] = w;
-                continue;
-            }
             let base = j * 2 * k;
             self.wring[base + slot] = w;
             self.wring[base + slot + k] = w;
             let x = w - self.sigma[j];
-            if w == NEG {
-                self.lin[base + slot] = 0.0;
-                self.lin[base + slot + k] = 0.0;
-            } else if self.sigma[j] == NEG || x > REBASE {
+            let rebase = w != NEG && (self.sigma[j] == NEG || x > REBASE);
+            self.exact[j] = rebase;
+            self.gx[j] = if w == NEG || rebase { NEG } else { x };
+        }
+        exp_in_place(&mut self.gx);
+        for j in 0..c {
+            if self.exact[j] {
                 let hi = (e + k - 1).min(self.len).min(self.next_neg[j]).max(e);
                 self.rebuild(j, e, hi);
             } else {
-                let v = exp_fast(x);
-                self.lin[base + slot] = v;
-                self.lin[base + slot + k] = v;
+                let base = j * 2 * k;
+                self.lin[base + slot] = self.gx[j];
+                self.lin[base + slot + k] = self.gx[j];
             }
         }
     }
@@ -1031,6 +1050,8 @@ impl Bwd {
         self.see_scores(s, seq);
         seq.bb_row(s, &mut self.row);
         let slot = (s + 1) % k;
+        self.maxd = k.min(len - s);
+        self.cover[..self.maxd * c].fill(0.0);
         // Phase 1: linear sums per label (rebuilding a label's ring when its sum is too small)
         // and the arguments of the marginal scale factors.
         for j in 0..c {
@@ -1073,7 +1094,7 @@ impl Bwd {
             let off = j * 2 * k + slot;
             let q = self.row[j] - at.pref[j];
             if self.exact[j] {
-                self.gamma_exact(j, dmax, off, q, at.u[j], par, log_z, parts, pos, g);
+                self.gamma_exact(j, dmax, off, q, at.u[j], par, log_z, parts);
                 continue;
             }
             self.gamma[j] = self.sigma[j] + par.dmaxdur[j] + self.lns[j] + q;
@@ -1082,18 +1103,14 @@ impl Bwd {
                 let dl = &par.dlin[j * k..j * k + dmax];
                 let dg = &mut parts.dur[j * k..j * k + dmax];
                 let w = &self.lin[off..off + dmax];
-                // μ(s, d, j); a segment of duration d covers positions s..s+d, so position
-                // s+d-1 gains the suffix sum over durations >= d.
-                let mut acc = 0.0;
-                for d in (0..dmax).rev() {
+                for d in 0..dmax {
                     let mu = f * (w[d] * dl[d]);
                     dg[d] += mu;
-                    acc += mu;
-                    pos[(s + d) * c + j] += g * acc;
+                    self.cover[d * c + j] = mu;
                 }
-                self.bgn[j] = acc;
             }
         }
+        self.cover_positions(pos, g);
         if s == 0 {
             for j in 0..c {
                 parts.start[j] += self.bgn[j];
@@ -1159,10 +1176,8 @@ impl Bwd {
         par: &Params,
         log_z: f64,
         parts: &mut Partials,
-        pos: &mut [f64],
-        g: f64,
     ) {
-        let (k, c, s) = (self.k, self.c, self.s);
+        let (k, c) = (self.k, self.c);
         let buf = &mut self.buf[..dmax];
         let (l, m, sum) = lse_add(
             &self.wring[off..off + dmax],
@@ -1176,14 +1191,11 @@ impl Bwd {
         let scale = (u + q + m - log_z).exp();
         if scale > 0.0 {
             let dg = &mut parts.dur[j * k..j * k + dmax];
-            let mut acc = 0.0;
-            for d in (0..dmax).rev() {
+            for d in 0..dmax {
                 let mu = buf[d] * scale;
                 dg[d] += mu;
-                acc += mu;
-                pos[(s + d) * c + j] += g * acc;
+                self.cover[d * c + j] = mu;
             }
-            self.bgn[j] = acc;
         }
         let _ = sum;
     }
@@ -1213,22 +1225,20 @@ impl Bwd {
         l
     }
 
-    /// Duration-dependent: from `cover[(d-1)*C + j] = μ(s, d, j)` (summed over the previous
-    /// label), adds the suffix sums over `d` to the position marginals of `s..s+K` and sets
-    /// `bgn`.
+    /// From `cover[(d-1)*C + j] = μ(s, d, j)` (summed over the previous label; zero for
+    /// `d > maxd`): a segment of duration `d` covers positions `s..s+d`, so position `s+d-1`
+    /// gains the suffix sum over durations `>= d`; `bgn[j]` is the total.
     fn cover_positions(&mut self, pos: &mut [f64], g: f64) {
-        let (k, c, s) = (self.k, self.c, self.s);
-        for j in 0..c {
-            let mut acc = 0.0;
-            for d in (0..k).rev() {
-                let mu = self.cover[d * c + j];
-                if mu == 0.0 && acc == 0.0 {
-                    continue;
-                }
-                acc += mu;
-                pos[(s + d) * c + j] += g * acc;
+        let (c, s) = (self.c, self.s);
+        let acc = &mut self.bgn;
+        acc.fill(0.0);
+        for d in (0..self.maxd).rev() {
+            let mu = &self.cover[d * c..(d + 1) * c];
+            let out = &mut pos[(s + d) * c..(s + d + 1) * c];
+            for j in 0..c {
+                acc[j] += mu[j];
+                out[j] += g * acc[j];
             }
-            self.bgn[j] = acc;
         }
     }
 
@@ -1260,6 +1270,7 @@ impl Bwd {
             }
             self.bgn[j] = 0.0;
         }
+        self.maxd = k.min(len - s);
         self.cover.fill(0.0);
         if s == 0 {
             for j in 0..c {
