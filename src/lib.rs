@@ -1,1 +1,644 @@
-//! semicrf facade.
+//! Semi-Markov conditional random fields (semi-CRFs): log partition, gradients, marginals,
+//! Viterbi segmentations and the negative log-likelihood of gold segmentations, with three
+//! algorithms (exact, scan, streaming) chosen automatically by memory budget.
+//!
+//! A semi-CRF scores *segmentations*: a sequence of `L` positions is tiled by segments
+//! `(start, duration, label)` with durations `1..=K`, and every segment pays its emission
+//! scores, a duration score, a transition from the previous label and optional boundary
+//! scores (see [`Potentials`] and the model section below). This crate is the entry point:
+//! configure a [`SemiCrf`] once (backend, device, memory budget) and call it on problems.
+//!
+//! # When not to use it
+//!
+//! - Segments are all of length one: a linear-chain CRF library is simpler and faster
+//!   (a semi-CRF with `K = 1` is one, but pays for generality).
+//! - You need training loops, feature extraction or automatic differentiation through a
+//!   larger model: semicrf computes log Z and its exact gradients with respect to the
+//!   potentials; plug those into your own optimiser or autodiff framework.
+//! - You need GPUs today: the CUDA engines are not implemented yet and report
+//!   [`Error::BackendUnavailable`].
+//!
+//! # Example
+//!
+//! ```
+//! use semicrf::ndarray::{array, Array3};
+//! use semicrf::{Potentials, Problem, SemiCrf, Segment};
+//!
+//! // One sequence of 4 positions, 2 labels, segments of at most 3 positions.
+//! let scores = Array3::from_shape_vec(
+//!     (1, 4, 2),
+//!     vec![2.0, 0.0, 2.0, 0.0, 0.0, 1.0, 0.0, 1.0],
+//! )?;
+//! let transition = array![[-1.0, 0.5], [0.5, -1.0]];
+//! let lengths = [4];
+//! let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 3)
+//!     .transition(transition.view())
+//!     .build()?
+//!     .into();
+//!
+//! let crf = SemiCrf::new();
+//! let log_z = crf.log_partition(&problem)?;
+//! let best = crf.viterbi(&problem)?;
+//! assert_eq!(best[0].segments, [Segment::new(0, 2, 0), Segment::new(2, 2, 1)]);
+//! assert!(best[0].score <= log_z[0]);
+//!
+//! // P(position t has label c), and P(a segment starts at t).
+//! let m = crf.marginals(&problem)?;
+//! assert!((m.position[[0, 1, 0]] + m.position[[0, 1, 1]] - 1.0).abs() < 1e-12);
+//! assert!((m.boundary[[0, 0]] - 1.0).abs() < 1e-12); // a segment always starts at 0
+//!
+//! // Negative log-likelihood of a gold segmentation: log Z - its score, never negative.
+//! let nll = crf.nll(&problem, &[best[0].segments.clone()])?;
+//! assert!(nll[0] >= 0.0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # The model
+//!
+//! For a segmentation `(s_1, d_1, c_1), …, (s_n, d_n, c_n)` of sequence `b`, the score is
+//!
+//! ```text
+//! start[c_1] + Σ_i ( Σ_{t=s_i}^{s_i+d_i-1} scores[b, t, c_i] + duration[d_i-1, c_i]
+//!                    + begin_boundary[b, s_i, c_i] + end_boundary[b, s_i+d_i-1, c_i] )
+//!            + Σ_{i≥2} transition[c_{i-1}, c_i]      (or transition[d_i-1, c_{i-1}, c_i])
+//!            + end[c_n]
+//! ```
+//!
+//! and `log Z_b` is the log-sum-exp of the scores of all segmentations. A `-inf` potential
+//! forbids what it scores; NaN and `+inf` are rejected with [`Error::NonFinite`]. The general
+//! *edge* form ([`EdgePotentials`], `(B, T, K, C, C)`, destination label first) is accepted
+//! by the exact and scan algorithms.
+//!
+//! # Algorithms
+//!
+//! Per sequence of length `T`, with maximum duration `K` and `C` labels:
+//!
+//! | algorithm | input | time | working memory |
+//! |---|---|---|---|
+//! | [`Backend::Exact`] | edges (materialised if structured) | `O(T·K·C²)` | `O(T·K·C²)` edges + `O(T·C)` tables |
+//! | [`Backend::Scan`] | edges (materialised if structured) | `O(T·K·C²)` | edges + `O(K·C)` ring, checkpoints |
+//! | [`Backend::Streaming`] | structured only | `O(T·C·(C+K))` with a `(C, C)` transition, `O(T·K·C²)` with `(K, C, C)` | `O(K·C + sqrt(T·K)·C)` |
+//!
+//! With [`Backend::Auto`] (the default) the candidates are tried in
+//! [`Algorithm::default_preference`] order — streaming, exact, scan for structured input;
+//! exact, scan for edges — and the first one that supports the request and fits the memory
+//! budget ([`DEFAULT_MEMORY_BUDGET`] unless configured) runs it. [`SemiCrf::select`] tells
+//! which one and why, without running anything.
+//!
+//! # Errors
+//!
+//! Every method returns [`Result`]; bad input never panics. The usual errors are
+//! [`Error::Shape`] / [`Error::Rank`] (a tensor of the wrong shape), [`Error::Length`],
+//! [`Error::NonFinite`] (a NaN or `+inf` potential), [`Error::Infeasible`] (gradients asked
+//! where no segmentation has a finite score), [`Error::MemoryBudget`] (no candidate fits the
+//! budget), [`Error::BackendUnavailable`] (a device or backend that is not compiled in or not
+//! implemented) and [`Error::Unsupported`] (a backend that cannot take the request, e.g.
+//! streaming with edge input).
+//!
+//! # Crate features
+//!
+//! - `cpu` (default): the CPU engines of `semicrf-cpu` (rayon).
+//! - `cuda`: the CUDA engines of `semicrf-cuda` for [`Device::Cuda`]. They are not implemented
+//!   yet: every request reports [`Error::BackendUnavailable`]. Without this feature a CUDA
+//!   device reports [`Error::BackendUnavailable`] saying so.
+//! - `cli` (default): the `semicrf` command-line tool (`semicrf eval --input problem.json`),
+//!   which reads and writes the JSON interchange format of the specification.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+use core::fmt;
+use core::str::FromStr;
+
+use ndarray::{Array2, Array3, Array5};
+
+pub use ndarray;
+pub use semicrf_core::reference;
+pub use semicrf_core::{
+    Algorithm, Backward, Decoded, Device, EdgePotentials, Engine, Error, Form, Gradients, Op,
+    OwnedPotentials, Potentials, PotentialsBuilder, Problem, Query, Result, Scalar, Segment,
+    Selection, SemiringKind, Shape, Transition, gold_score, gold_score_edges, human_bytes,
+    labels_from_segments, materialize, position_marginals_from_edges, segments_from_labels,
+    validate_segmentation,
+};
+
+/// The default memory budget: 2 GiB of working memory per call.
+pub const DEFAULT_MEMORY_BUDGET: u64 = 2 << 30;
+
+/// Which algorithm runs a request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Backend {
+    /// Pick by input form and memory budget (see the crate docs).
+    #[default]
+    Auto,
+    /// The exact algorithm, nothing else.
+    Exact,
+    /// The scan algorithm, nothing else.
+    Scan,
+    /// The streaming algorithm, nothing else (structured input only).
+    Streaming,
+}
+
+impl Backend {
+    /// Every backend, in the order of [`Backend::name`]'s documentation.
+    pub const ALL: [Backend; 4] = [
+        Backend::Auto,
+        Backend::Exact,
+        Backend::Scan,
+        Backend::Streaming,
+    ];
+
+    /// `auto`, `exact`, `scan` or `streaming`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::Exact => "exact",
+            Backend::Scan => "scan",
+            Backend::Streaming => "streaming",
+        }
+    }
+
+    /// The forced algorithm, or `None` for [`Backend::Auto`].
+    pub fn algorithm(self) -> Option<Algorithm> {
+        match self {
+            Backend::Auto => None,
+            Backend::Exact => Some(Algorithm::Exact),
+            Backend::Scan => Some(Algorithm::Scan),
+            Backend::Streaming => Some(Algorithm::Streaming),
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = Error;
+
+    /// Parses `auto`, `exact`, `scan` or `streaming`; anything else is
+    /// [`Error::BackendUnavailable`] naming it.
+    fn from_str(s: &str) -> Result<Self> {
+        Backend::ALL
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| Error::BackendUnavailable {
+                backend: s.to_string(),
+                reason: "unknown backend, expected auto, exact, scan or streaming".into(),
+            })
+    }
+}
+
+/// Whether CPU engines use a thread pool or the calling thread.
+///
+/// Results are bitwise identical either way. Ignored by CUDA engines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Parallelism {
+    /// Run on the calling thread.
+    Sequential,
+    /// Use rayon's global thread pool.
+    #[default]
+    Rayon,
+}
+
+/// How a [`SemiCrf`] runs requests: backend, device, memory budget and threading.
+///
+/// ```
+/// use semicrf::{Backend, Config, Device, Parallelism, DEFAULT_MEMORY_BUDGET};
+///
+/// let config = Config::new()
+///     .backend(Backend::Streaming)
+///     .memory_budget(1 << 30)
+///     .parallelism(Parallelism::Sequential);
+/// assert_eq!(config.get_device(), Device::Cpu);
+/// assert_eq!(Config::default().get_memory_budget(), DEFAULT_MEMORY_BUDGET);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    backend: Backend,
+    device: Device,
+    memory_budget: u64,
+    parallelism: Parallelism,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            backend: Backend::Auto,
+            device: Device::Cpu,
+            memory_budget: DEFAULT_MEMORY_BUDGET,
+            parallelism: Parallelism::Rayon,
+        }
+    }
+}
+
+impl Config {
+    /// The default configuration: [`Backend::Auto`], [`Device::Cpu`],
+    /// [`DEFAULT_MEMORY_BUDGET`], [`Parallelism::Rayon`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Sets the backend (default [`Backend::Auto`]).
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+    /// Sets the device (default [`Device::Cpu`]).
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
+    /// Sets the memory budget in bytes: the most working memory one call may need, as
+    /// estimated by [`Engine::memory_required`] before anything is allocated (default
+    /// [`DEFAULT_MEMORY_BUDGET`]). A forced backend is checked against it too.
+    pub fn memory_budget(mut self, bytes: u64) -> Self {
+        self.memory_budget = bytes;
+        self
+    }
+    /// Sets the threading of CPU engines (default [`Parallelism::Rayon`]).
+    pub fn parallelism(mut self, parallelism: Parallelism) -> Self {
+        self.parallelism = parallelism;
+        self
+    }
+    /// The backend.
+    pub fn get_backend(&self) -> Backend {
+        self.backend
+    }
+    /// The device.
+    pub fn get_device(&self) -> Device {
+        self.device
+    }
+    /// The memory budget in bytes.
+    pub fn get_memory_budget(&self) -> u64 {
+        self.memory_budget
+    }
+    /// The threading of CPU engines.
+    pub fn get_parallelism(&self) -> Parallelism {
+        self.parallelism
+    }
+}
+
+/// Posterior marginals of a batch, from one forward-backward pass.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Marginals {
+    /// `log Z_b`, `(B)`.
+    pub log_z: Vec<f64>,
+    /// `(B, T, C)`: P(position `t` lies in a segment of label `c`). For every `t < L_b` the
+    /// labels sum to 1; positions beyond the length are 0.
+    pub position: Array3<f64>,
+    /// `(B, T)`: P(a segment starts at `t`); 1 at `t = 0`, 0 beyond the length.
+    pub boundary: Array2<f64>,
+    /// `(B, T, K, C, C)`: the edge (segment) marginals, for edge input only.
+    pub edges: Option<Array5<f64>>,
+}
+
+/// A configured semi-CRF: the one entry point of the library.
+///
+/// Every method takes a validated [`Problem`] (structured [`Potentials`] or
+/// [`EdgePotentials`], `f32` or `f64`), picks an engine for the operation as configured
+/// ([`SemiCrf::select`]) and returns `f64` results.
+///
+/// ```
+/// use semicrf::ndarray::Array3;
+/// use semicrf::{Backend, Config, Potentials, Problem, SemiCrf};
+///
+/// let scores = Array3::<f32>::zeros((2, 6, 3));
+/// let lengths = [6, 4];
+/// let problem: Problem<f32> = Potentials::builder(scores.view(), &lengths, 4).build()?.into();
+/// let crf = SemiCrf::with_config(Config::new().backend(Backend::Exact));
+/// let log_z = crf.log_partition(&problem)?;
+/// assert!(log_z[0] > log_z[1]); // more positions, more segmentations
+/// # Ok::<(), semicrf::Error>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SemiCrf {
+    config: Config,
+}
+
+impl From<Config> for SemiCrf {
+    fn from(config: Config) -> Self {
+        SemiCrf { config }
+    }
+}
+
+impl SemiCrf {
+    /// A semi-CRF with the default [`Config`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A semi-CRF with the given configuration.
+    pub fn with_config(config: Config) -> Self {
+        SemiCrf { config }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The engines `select` chooses from, in preference order.
+    fn candidates<F: Scalar>(&self, form: Form) -> Result<Vec<Box<dyn Engine<F>>>> {
+        let algorithms: Vec<Algorithm> = match self.config.backend.algorithm() {
+            Some(a) => vec![a],
+            None => Algorithm::default_preference(form).to_vec(),
+        };
+        algorithms
+            .into_iter()
+            .map(|a| engine_for(self.config.device, a, self.config.parallelism))
+            .collect()
+    }
+
+    /// Chooses the engine for `op` on `problem` and says why, without running anything.
+    ///
+    /// With [`Backend::Auto`] the candidates are the algorithms of
+    /// [`Algorithm::default_preference`] for the problem's form, tried in order; a forced
+    /// backend is the only candidate. Either way a candidate must support the request and
+    /// need at most the memory budget. Errors: [`Error::MemoryBudget`] when some candidate
+    /// supports the request but none fits, otherwise the first candidate's own error
+    /// ([`Error::Unsupported`], [`Error::BackendUnavailable`]).
+    ///
+    /// ```
+    /// use semicrf::ndarray::Array3;
+    /// use semicrf::{Config, Error, Op, Potentials, Problem, SemiCrf};
+    ///
+    /// let scores = Array3::<f64>::zeros((1, 100, 4));
+    /// let lengths = [100];
+    /// let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 10).build()?.into();
+    /// let selection = SemiCrf::new().select(&problem, Op::Backward)?;
+    /// println!("{}/{}: {}", selection.device, selection.algorithm, selection.reason);
+    ///
+    /// let tiny = SemiCrf::with_config(Config::new().memory_budget(16));
+    /// assert!(matches!(tiny.select(&problem, Op::Backward), Err(Error::MemoryBudget { .. })));
+    /// # Ok::<(), semicrf::Error>(())
+    /// ```
+    pub fn select<F: Scalar>(&self, problem: &Problem<'_, F>, op: Op) -> Result<Selection> {
+        self.choose(problem, op).map(|(s, _)| s)
+    }
+
+    fn choose<F: Scalar>(
+        &self,
+        problem: &Problem<'_, F>,
+        op: Op,
+    ) -> Result<(Selection, Box<dyn Engine<F>>)> {
+        let query = Query::of(problem, op);
+        let mut engines = self.candidates::<F>(query.form)?;
+        let refs: Vec<&dyn Engine<F>> = engines.iter().map(|e| e.as_ref()).collect();
+        let selection = semicrf_core::select(&refs, &query, self.config.memory_budget)?;
+        let engine = engines.swap_remove(selection.index);
+        Ok((selection, engine))
+    }
+
+    /// `log Z_b` of every sequence, `(B)`; `-inf` where no segmentation has a finite score.
+    pub fn log_partition<F: Scalar>(&self, problem: &Problem<'_, F>) -> Result<Vec<f64>> {
+        let (_, engine) = self.choose(problem, Op::Forward(SemiringKind::Log))?;
+        engine.forward(problem, SemiringKind::Log)
+    }
+
+    /// The best segmentation of every sequence and its score (SPEC §5; ties prefer the
+    /// smaller duration, then the smaller previous label). A sequence without any finite
+    /// segmentation gets score `-inf` and no segments.
+    pub fn viterbi<F: Scalar>(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
+        let (_, engine) = self.choose(problem, Op::Viterbi)?;
+        engine.viterbi(problem)
+    }
+
+    /// One forward-backward pass: `log Z`, the gradients of `Σ_b upstream[b] · log Z_b` with
+    /// respect to every input, and the boundary marginals.
+    ///
+    /// `upstream` defaults to all ones (the gradient of `Σ_b log Z_b`, i.e. expected counts;
+    /// then `grad.scores` holds the position marginals). Fails with [`Error::Upstream`] for an
+    /// upstream of the wrong length or with a non-finite value, and [`Error::Infeasible`] when
+    /// some `log Z_b = -inf`.
+    ///
+    /// ```
+    /// use semicrf::ndarray::{Array2, Array3};
+    /// use semicrf::{Potentials, Problem, SemiCrf};
+    ///
+    /// let scores = Array3::<f64>::zeros((2, 5, 3));
+    /// let transition = Array2::<f64>::zeros((3, 3));
+    /// let lengths = [5, 3];
+    /// let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 2)
+    ///     .transition(transition.view())
+    ///     .build()?
+    ///     .into();
+    /// let out = SemiCrf::new().backward(&problem, Some(&[1.0, 0.0]))?;
+    /// let grad_scores = out.grad.scores.unwrap();
+    /// assert!(grad_scores.index_axis(semicrf::ndarray::Axis(0), 1).iter().all(|&g| g == 0.0));
+    /// # Ok::<(), semicrf::Error>(())
+    /// ```
+    pub fn backward<F: Scalar>(
+        &self,
+        problem: &Problem<'_, F>,
+        upstream: Option<&[f64]>,
+    ) -> Result<Backward> {
+        let batch = problem.shape().batch;
+        let ones;
+        let upstream = match upstream {
+            Some(u) => u,
+            None => {
+                ones = vec![1.0; batch];
+                &ones
+            }
+        };
+        semicrf_core::check_upstream(upstream, batch)?;
+        let (_, engine) = self.choose(problem, Op::Backward)?;
+        engine.backward(problem, upstream)
+    }
+
+    /// The gradients of `Σ_b log Z_b` with respect to every input (expected counts); the
+    /// same as [`SemiCrf::backward`] with no upstream, keeping only the gradients.
+    pub fn gradients<F: Scalar>(&self, problem: &Problem<'_, F>) -> Result<Gradients> {
+        self.backward(problem, None).map(|b| b.grad)
+    }
+
+    /// Position marginals `(B, T, C)` and boundary marginals `(B, T)` (and, for edge input,
+    /// the edge marginals), from one forward-backward pass. For edge input the position
+    /// marginals are summed from the edge marginals. Fails with [`Error::Infeasible`] when
+    /// some `log Z_b = -inf`.
+    pub fn marginals<F: Scalar>(&self, problem: &Problem<'_, F>) -> Result<Marginals> {
+        let (selection, engine) = self.choose(problem, Op::Backward)?;
+        let batch = problem.shape().batch;
+        let out = engine.backward(problem, &vec![1.0; batch])?;
+        let missing = |what: &str| Error::Unsupported {
+            backend: format!("{}/{}", selection.device, selection.algorithm),
+            what: format!("{what} (its backward returned none)"),
+        };
+        let (position, edges) = match problem {
+            Problem::Structured(_) => {
+                let position = out
+                    .grad
+                    .scores
+                    .ok_or_else(|| missing("position marginals"))?;
+                (position, None)
+            }
+            Problem::Edges(_) => {
+                let edges = out.grad.edges.ok_or_else(|| missing("edge marginals"))?;
+                (position_marginals_from_edges(edges.view()), Some(edges))
+            }
+        };
+        Ok(Marginals {
+            log_z: out.log_z,
+            position,
+            boundary: out.boundary_marginals,
+            edges,
+        })
+    }
+
+    /// The negative log-likelihood `log Z_b - score(gold_b)` of one gold segmentation per
+    /// sequence, `(B)`.
+    ///
+    /// Never negative (up to rounding); `+inf` when the gold segmentation has score `-inf`
+    /// (it uses something a `-inf` potential forbids). For edge input the gold score of the
+    /// first segment sums over the virtual start's sources, as log Z does. Fails with
+    /// [`Error::Segmentation`] when `gold` does not hold one valid tiling per sequence.
+    ///
+    /// ```
+    /// use semicrf::ndarray::Array3;
+    /// use semicrf::{Potentials, Problem, Segment, SemiCrf};
+    ///
+    /// let scores = Array3::<f64>::zeros((1, 3, 2));
+    /// let lengths = [3];
+    /// let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 3).build()?.into();
+    /// // 18 segmentations, all with score 0: NLL = ln 18.
+    /// let gold = vec![vec![Segment::new(0, 1, 0), Segment::new(1, 2, 1)]];
+    /// let nll = SemiCrf::new().nll(&problem, &gold)?;
+    /// assert!((nll[0] - 18f64.ln()).abs() < 1e-12);
+    /// # Ok::<(), semicrf::Error>(())
+    /// ```
+    pub fn nll<F: Scalar>(
+        &self,
+        problem: &Problem<'_, F>,
+        gold: &[Vec<Segment>],
+    ) -> Result<Vec<f64>> {
+        let batch = problem.shape().batch;
+        if gold.len() != batch {
+            return Err(Error::Segmentation {
+                sequence: gold.len().min(batch),
+                reason: format!(
+                    "{} gold segmentations given, expected one per sequence (B = {batch})",
+                    gold.len()
+                ),
+            });
+        }
+        let gold_scores = gold
+            .iter()
+            .enumerate()
+            .map(|(b, segs)| match problem {
+                Problem::Structured(p) => gold_score(p, b, segs),
+                Problem::Edges(p) => gold_score_edges::<semicrf_core::LogSemiring, F>(p, b, segs),
+            })
+            .collect::<Result<Vec<f64>>>()?;
+        let log_z = self.log_partition(problem)?;
+        Ok(log_z
+            .iter()
+            .zip(&gold_scores)
+            .map(|(&z, &g)| {
+                if g == f64::NEG_INFINITY {
+                    f64::INFINITY
+                } else {
+                    z - g
+                }
+            })
+            .collect())
+    }
+}
+
+/// The engine of `algorithm` on `device`.
+fn engine_for<F: Scalar>(
+    device: Device,
+    algorithm: Algorithm,
+    parallelism: Parallelism,
+) -> Result<Box<dyn Engine<F>>> {
+    match device {
+        Device::Cpu => cpu_engine(algorithm, parallelism),
+        Device::Cuda(ordinal) => cuda_engine(algorithm, ordinal),
+    }
+}
+
+#[cfg(feature = "cpu")]
+fn cpu_engine<F: Scalar>(
+    algorithm: Algorithm,
+    parallelism: Parallelism,
+) -> Result<Box<dyn Engine<F>>> {
+    let par = match parallelism {
+        Parallelism::Sequential => semicrf_cpu::Parallelism::Sequential,
+        Parallelism::Rayon => semicrf_cpu::Parallelism::Rayon,
+    };
+    Ok(match algorithm {
+        Algorithm::Exact => {
+            let mut e = semicrf_cpu::ExactEngine::new();
+            e.parallelism = par;
+            Box::new(e)
+        }
+        Algorithm::Scan => {
+            let mut e = semicrf_cpu::ScanEngine::new();
+            e.parallelism = par;
+            Box::new(e)
+        }
+        Algorithm::Streaming => {
+            let mut e = semicrf_cpu::StreamingEngine::new();
+            e.parallelism = par;
+            Box::new(e)
+        }
+    })
+}
+
+#[cfg(not(feature = "cpu"))]
+fn cpu_engine<F: Scalar>(
+    algorithm: Algorithm,
+    _parallelism: Parallelism,
+) -> Result<Box<dyn Engine<F>>> {
+    Err(Error::BackendUnavailable {
+        backend: format!("cpu/{algorithm}"),
+        reason: "semicrf was built without the `cpu` feature".into(),
+    })
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_engine<F: Scalar>(algorithm: Algorithm, ordinal: usize) -> Result<Box<dyn Engine<F>>> {
+    Ok(Box::new(semicrf_cuda::CudaEngine::new(algorithm, ordinal)))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_engine<F: Scalar>(algorithm: Algorithm, _ordinal: usize) -> Result<Box<dyn Engine<F>>> {
+    Err(Error::BackendUnavailable {
+        backend: format!("cuda/{algorithm}"),
+        reason: "semicrf was built without the `cuda` feature".into(),
+    })
+}
+
+/// The README's Rust examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_names_parse_back() {
+        for b in Backend::ALL {
+            assert_eq!(b.name().parse::<Backend>().unwrap(), b);
+        }
+        assert!(matches!(
+            "fast".parse::<Backend>(),
+            Err(Error::BackendUnavailable { .. })
+        ));
+    }
+
+    #[test]
+    fn the_default_config_is_auto_on_the_cpu_with_two_gib() {
+        let c = Config::default();
+        assert_eq!(c.get_backend(), Backend::Auto);
+        assert_eq!(c.get_device(), Device::Cpu);
+        assert_eq!(c.get_memory_budget(), 2 * 1024 * 1024 * 1024);
+        assert_eq!(c.get_parallelism(), Parallelism::Rayon);
+    }
+}
