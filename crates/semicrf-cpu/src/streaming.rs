@@ -31,9 +31,9 @@
 //! duration `Σ_s exp(u_s + seg + β_{s+d} - log Z)`, transition
 //! `Σ_s exp(α_s(i) + transition[i, j] + γ_s(j) - log Z)`, begin boundary `exp(u_s + γ_s -
 //! log Z)`, end boundary `exp(α_e + β_e - log Z)`, and the position marginals (the gradient of
-//! the scores) `Σ_{s ≤ t < s+d} μ(s, d, c)`: each start `s` adds, to position `s+d-1`, the
-//! suffix sum of its segment marginals over durations `≥ d` (local sums, so no rounding
-//! drift over long sequences). Shared parameters are summed per sequence and then
+//! the scores) `Σ_{s ≤ t < s+d} μ(s, d, c)`, kept as differences in the output (each segment
+//! marginal added at its start and subtracted, as the very same number, after its end) and
+//! summed once at the end, so only summation rounding remains (no drift with `T`). Shared parameters are summed per sequence and then
 //! over the batch in ascending order, so results are bitwise identical for every thread
 //! count.
 //!
@@ -86,8 +86,8 @@
 //! ever clamped; `exp` and `ln` are branch-free polynomials that vectorise (relative error
 //! about `2e-15` and `1e-16`).
 //!
-//! The gradient of the scores at `t` sums the marginals of the segments covering `t`
-//! locally (at most `K` starts), so its error does not grow with `T`.
+//! The gradient of the scores adds and subtracts identical segment marginals, so its error
+//! is that of a running sum of numbers below 1, not of `exp` of large log-values.
 
 mod kernels;
 mod seq;

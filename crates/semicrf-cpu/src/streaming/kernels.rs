@@ -81,23 +81,23 @@ pub(crate) fn ln_fast(x: f64) -> f64 {
     if x == 0.0 { f64::NEG_INFINITY } else { y }
 }
 
-/// `Σ_i a[i] · b[i]` with four accumulators, fixed order (`a` and `b` of equal length).
+/// `Σ_i a[i] · b[i]` with eight accumulators, fixed order (`a` and `b` of equal length).
 #[inline]
 pub(crate) fn dot(a: &[f64], b: &[f64]) -> f64 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
-    let mut s = [0.0f64; 4];
-    let mut ca = a.chunks_exact(4);
-    let mut cb = b.chunks_exact(4);
+    let mut s = [0.0f64; 8];
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
     for (x, y) in (&mut ca).zip(&mut cb) {
-        for l in 0..4 {
+        for l in 0..8 {
             s[l] += x[l] * y[l];
         }
     }
     for (l, (x, y)) in ca.remainder().iter().zip(cb.remainder()).enumerate() {
         s[l] += x * y;
     }
-    (s[0] + s[1]) + (s[2] + s[3])
+    ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
 }
 
 /// `x[i] = ln(x[i])` in place, for normal positive `x[i]` or 0.

@@ -754,7 +754,8 @@ pub(crate) fn backward_f64s(k: usize, c: usize, dd: bool, delta: usize) -> usize
     let ring = if dd { k * c } else { 2 * k * c };
     let ybuf = if dd { 2 * k * c } else { 0 };
     let lin = if dd { 0 } else { 2 * k * c };
-    ring + lin + ybuf + k * c + 3 * delta * c + 16 * c + k.max(c)
+    let cover = if dd { k * c } else { 0 };
+    ring + lin + ybuf + cover + 3 * delta * c + 16 * c + k.max(c)
 }
 
 /// Forward and backward of one sequence with checkpoints every `delta` positions; writes the
@@ -844,9 +845,9 @@ pub(crate) fn backward<F: Scalar>(
                 continue;
             }
             if dd {
-                bw.step_dd(&at, seq, par, log_z, &mut parts, pos_out, g);
+                bw.step_dd(&at, seq, par, log_z, &mut parts, pos_out);
             } else {
-                bw.step(&at, seq, par, log_z, &mut parts, pos_out, g);
+                bw.step(&at, seq, par, log_z, &mut parts, pos_out);
             }
             let mut total = 0.0;
             for j in 0..c {
@@ -863,6 +864,15 @@ pub(crate) fn backward<F: Scalar>(
                     eb[(s - 1) * c + j] = g * bw.endm[j];
                 }
             }
+        }
+    }
+    // Position marginals: prefix sums of the differences, scaled by g.
+    let mut run = vec![0.0; c];
+    for t in 0..len {
+        let row = &mut pos_out[t * c..(t + 1) * c];
+        for j in 0..c {
+            run[j] += row[j];
+            row[j] = g * run[j];
         }
     }
     (log_z, parts)
@@ -892,7 +902,7 @@ struct Bwd {
     endm: Vec<f64>,
     /// The position of the step being processed.
     s: usize,
-    /// `μ(s, d, j)` of the current step at `[(d-1)*C + j]`.
+    /// Duration-dependent: `μ(s, d, j)` of the current step at `[(d-1)*C + j]`.
     cover: Vec<f64>,
     /// The largest duration of the current step.
     maxd: usize,
@@ -924,7 +934,7 @@ impl Bwd {
             bgn: vec![0.0; c],
             endm: vec![0.0; c],
             s: len,
-            cover: vec![0.0; k * c],
+            cover: vec![0.0; if par.dd { k * c } else { 0 }],
             maxd: 0,
             buf: vec![0.0; if par.dd { k * c } else { k.max(c) }],
             ybuf: vec![NEG; if par.dd { k * c } else { 0 }],
@@ -1043,15 +1053,12 @@ impl Bwd {
         log_z: f64,
         parts: &mut Partials,
         pos: &mut [f64],
-        g: f64,
     ) {
         let (k, c, len, s) = (self.k, self.c, self.len, at.s);
         self.s = s;
         self.see_scores(s, seq);
         seq.bb_row(s, &mut self.row);
         let slot = (s + 1) % k;
-        self.maxd = k.min(len - s);
-        self.cover[..self.maxd * c].fill(0.0);
         // Phase 1: linear sums per label (rebuilding a label's ring when its sum is too small)
         // and the arguments of the marginal scale factors.
         for j in 0..c {
@@ -1094,7 +1101,7 @@ impl Bwd {
             let off = j * 2 * k + slot;
             let q = self.row[j] - at.pref[j];
             if self.exact[j] {
-                self.gamma_exact(j, dmax, off, q, at.u[j], par, log_z, parts);
+                self.gamma_exact(j, dmax, off, q, at.u[j], par, log_z, parts, pos);
                 continue;
             }
             self.gamma[j] = self.sigma[j] + par.dmaxdur[j] + self.lns[j] + q;
@@ -1103,14 +1110,26 @@ impl Bwd {
                 let dl = &par.dlin[j * k..j * k + dmax];
                 let dg = &mut parts.dur[j * k..j * k + dmax];
                 let w = &self.lin[off..off + dmax];
+                // A segment of duration d+1 covers s..s+d+1: it leaves the position
+                // marginals (kept as differences until the end) at s+d+1.
+                let mu = &mut self.buf[..dmax];
                 for d in 0..dmax {
-                    let mu = f * (w[d] * dl[d]);
-                    dg[d] += mu;
-                    self.cover[d * c + j] = mu;
+                    mu[d] = f * (w[d] * dl[d]);
+                    dg[d] += mu[d];
                 }
+                let n = dmax.min(len - s - 1);
+                if n > 0 {
+                    let tail = &mut pos[(s + 1) * c + j..];
+                    for (p, &m) in tail.iter_mut().step_by(c).zip(&mu[..n]) {
+                        *p -= m;
+                    }
+                }
+                self.bgn[j] = f * self.sums[j];
             }
         }
-        self.cover_positions(pos, g);
+        for j in 0..c {
+            pos[s * c + j] += self.bgn[j];
+        }
         if s == 0 {
             for j in 0..c {
                 parts.start[j] += self.bgn[j];
@@ -1176,8 +1195,9 @@ impl Bwd {
         par: &Params,
         log_z: f64,
         parts: &mut Partials,
+        pos: &mut [f64],
     ) {
-        let (k, c) = (self.k, self.c);
+        let (k, c, s) = (self.k, self.c, self.s);
         let buf = &mut self.buf[..dmax];
         let (l, m, sum) = lse_add(
             &self.wring[off..off + dmax],
@@ -1191,11 +1211,16 @@ impl Bwd {
         let scale = (u + q + m - log_z).exp();
         if scale > 0.0 {
             let dg = &mut parts.dur[j * k..j * k + dmax];
+            let mut tot = 0.0;
             for d in 0..dmax {
                 let mu = buf[d] * scale;
                 dg[d] += mu;
-                self.cover[d * c + j] = mu;
+                tot += mu;
+                if s + d + 1 < self.len {
+                    pos[(s + d + 1) * c + j] -= mu;
+                }
             }
+            self.bgn[j] = tot;
         }
         let _ = sum;
     }
@@ -1225,20 +1250,26 @@ impl Bwd {
         l
     }
 
-    /// From `cover[(d-1)*C + j] = μ(s, d, j)` (summed over the previous label; zero for
-    /// `d > maxd`): a segment of duration `d` covers positions `s..s+d`, so position `s+d-1`
-    /// gains the suffix sum over durations `>= d`; `bgn[j]` is the total.
-    fn cover_positions(&mut self, pos: &mut [f64], g: f64) {
-        let (c, s) = (self.c, self.s);
-        let acc = &mut self.bgn;
-        acc.fill(0.0);
-        for d in (0..self.maxd).rev() {
+    /// Duration-dependent: from `cover[(d-1)*C + j] = μ(s, d, j)` (summed over the previous
+    /// label; zero for `d > maxd`), records the segments starting at `s` in the position
+    /// marginals' differences (`+` at `s`, `-` at `s+d`) and sets `bgn`.
+    fn cover_positions(&mut self, pos: &mut [f64]) {
+        let (c, s, len) = (self.c, self.s, self.len);
+        self.bgn.fill(0.0);
+        for d in 0..self.maxd {
             let mu = &self.cover[d * c..(d + 1) * c];
-            let out = &mut pos[(s + d) * c..(s + d + 1) * c];
             for j in 0..c {
-                acc[j] += mu[j];
-                out[j] += g * acc[j];
+                self.bgn[j] += mu[j];
             }
+            if s + d + 1 < len {
+                let out = &mut pos[(s + d + 1) * c..(s + d + 2) * c];
+                for j in 0..c {
+                    out[j] -= mu[j];
+                }
+            }
+        }
+        for j in 0..c {
+            pos[s * c + j] += self.bgn[j];
         }
     }
 
@@ -1251,7 +1282,6 @@ impl Bwd {
         log_z: f64,
         parts: &mut Partials,
         pos: &mut [f64],
-        g: f64,
     ) {
         let (k, c, len, s) = (self.k, self.c, self.len, at.s);
         self.s = s;
@@ -1280,7 +1310,7 @@ impl Bwd {
                     self.cover[(d - 1) * c + j] = mu;
                 }
             }
-            self.cover_positions(pos, g);
+            self.cover_positions(pos);
             for j in 0..c {
                 parts.start[j] += self.bgn[j];
             }
@@ -1312,7 +1342,7 @@ impl Bwd {
             }
             self.row2[i] = l + at.pref[i] + self.row[i];
         }
-        self.cover_positions(pos, g);
+        self.cover_positions(pos);
         let bp = std::mem::take(&mut self.row2);
         self.push_w(s, &bp, true);
         self.row2 = bp;
