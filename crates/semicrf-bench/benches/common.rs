@@ -58,6 +58,49 @@ pub struct Plan<'a> {
 /// `SEMICRF_BENCH_FULL=1`: S8 forward (2.5e9 terms) runs, S8 forward+backward does not.
 const WORK_LIMIT: f64 = 3.0e9;
 
+/// The filter given to the bench binary (`cargo bench -- FILTER`), read here too so that
+/// shapes it excludes are not even built or measured. Criterion treats it as a regular
+/// expression; plain words and ids (the usual use) match as substrings here, and with
+/// `--exact` as the whole id.
+fn selected(id: &str) -> bool {
+    const WITH_VALUE: [&str; 14] = [
+        "--save-baseline",
+        "--baseline",
+        "--baseline-lenient",
+        "--load-baseline",
+        "--sample-size",
+        "--warm-up-time",
+        "--measurement-time",
+        "--nresamples",
+        "--noise-threshold",
+        "--confidence-level",
+        "--significance-level",
+        "--output-format",
+        "--profile-time",
+        "--plotting-backend",
+    ];
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let exact = args.iter().any(|a| a == "--exact");
+    let mut filter = None;
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if WITH_VALUE.contains(&a.as_str()) || a == "--color" {
+            i += 2;
+            continue;
+        }
+        if !a.starts_with('-') {
+            filter = Some(a.clone());
+        }
+        i += 1;
+    }
+    match filter {
+        None => true,
+        Some(f) if exact => id == f,
+        Some(f) => id.contains(&f),
+    }
+}
+
 fn full() -> bool {
     std::env::var("SEMICRF_BENCH_FULL").is_ok_and(|v| v == "1")
 }
@@ -83,6 +126,9 @@ pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
         for can in CANONICAL.iter().filter(|c| c.id != "S9") {
             let s = can.shape;
             let id = bench_id("cpu", plan.algo, pass.label(), s);
+            if !selected(&id) {
+                continue;
+            }
             if plan.materialises_edges && !edges_fit(s) {
                 eprintln!(
                     "note: {id} ({}) skipped: its edge tensor needs {} (limit {})",

@@ -262,3 +262,43 @@ fn budgets_between_the_estimates_force_each_algorithm_in_preference_order() {
         }
     }
 }
+
+/// An engine that claims half the memory its inner engine needs.
+struct Underestimating(StreamingEngine);
+
+impl Engine<f32> for Underestimating {
+    fn algorithm(&self) -> Algorithm {
+        Engine::<f32>::algorithm(&self.0)
+    }
+    fn device(&self) -> semicrf_core::Device {
+        Engine::<f32>::device(&self.0)
+    }
+    fn check(&self, q: &Query) -> semicrf_core::Result<()> {
+        Engine::<f32>::check(&self.0, q)
+    }
+    fn memory_required(&self, q: &Query) -> u64 {
+        Engine::<f32>::memory_required(&self.0, q) / 2
+    }
+    fn forward(&self, p: &Problem<'_, f32>, s: SemiringKind) -> semicrf_core::Result<Vec<f64>> {
+        self.0.forward(p, s)
+    }
+    fn backward(
+        &self,
+        p: &Problem<'_, f32>,
+        up: &[f64],
+    ) -> semicrf_core::Result<semicrf_core::Backward> {
+        self.0.backward(p, up)
+    }
+    fn viterbi(&self, p: &Problem<'_, f32>) -> semicrf_core::Result<Vec<semicrf_core::Decoded>> {
+        self.0.viterbi(p)
+    }
+}
+
+#[test]
+#[should_panic(expected = "but memory_required says")]
+fn an_engine_that_underestimates_its_memory_fails_the_check() {
+    let _g = lock();
+    let owned = problem(SHAPES[1], 16);
+    let p = Problem::Structured(owned.view().unwrap());
+    check_bound(&Underestimating(StreamingEngine::new()), &p, Op::Backward);
+}

@@ -238,6 +238,20 @@ fn main() {
             txt.join(", ")
         );
         scaling["backward_peak_over_sqrt_t"] = json!(per);
+        // The part the backward adds over the forward at the same T (constants removed).
+        let extra: Vec<f64> = bwd
+            .iter()
+            .filter_map(|r| {
+                let f = fwd.iter().find(|f| f.shape == r.shape)?;
+                Some((r.peak as f64 - f.peak as f64) / (r.shape.len as f64).sqrt())
+            })
+            .collect();
+        let txt: Vec<String> = extra.iter().map(|x| format!("{x:.0}")).collect();
+        println!(
+            "streaming forward+backward: (peak - forward peak) / sqrt(T) = [{}] bytes",
+            txt.join(", ")
+        );
+        scaling["backward_extra_over_sqrt_t"] = json!(extra);
     }
 
     let json_rows: Vec<Value> = rows
