@@ -184,24 +184,19 @@ pub(crate) fn lse_add(a: &[f64], b: &[f64], buf: &mut [f64]) -> (f64, f64, f64) 
     (m + s.ln(), m, s)
 }
 
-/// `max_i (a[i] + b[i])` and the first index attaining it, preferring the *last* index on
-/// ties when `prefer_last` (used where the slice runs in decreasing duration).
+/// `max_i (a[i] + b[i])` and an index attaining it: the first one, or the last one when
+/// `prefer_last` (used where the slice runs in decreasing duration). All `-inf` gives
+/// index 0 (first) or `len - 1` (last). `buf` is scratch of the same length.
 #[inline]
-pub(crate) fn argmax_add(a: &[f64], b: &[f64], prefer_last: bool) -> (f64, usize) {
-    let mut best = f64::NEG_INFINITY;
-    let mut arg = if prefer_last {
-        a.len().saturating_sub(1)
+pub(crate) fn argmax_add(a: &[f64], b: &[f64], prefer_last: bool, buf: &mut [f64]) -> (f64, usize) {
+    let buf = &mut buf[..a.len()];
+    let m = add_max(a, b, buf);
+    let arg = if prefer_last {
+        buf.iter().rposition(|&x| x == m)
     } else {
-        0
+        buf.iter().position(|&x| x == m)
     };
-    for i in 0..a.len() {
-        let x = a[i] + b[i];
-        if x > best || (prefer_last && x == best && x != f64::NEG_INFINITY) {
-            best = x;
-            arg = i;
-        }
-    }
-    (best, arg)
+    (m, arg.unwrap_or(0))
 }
 
 #[cfg(test)]

@@ -617,7 +617,7 @@ impl Fwd {
                 let dr = &par.dur_rev[j * k + k - dmax..j * k + k];
                 // The window runs from duration dmax down to 1: the last maximum is the
                 // smallest duration.
-                let (best, e) = argmax_add(w, dr, true);
+                let (best, e) = argmax_add(w, dr, true, &mut self.buf);
                 self.alpha[j] = best + self.pref[j] + self.row[j];
                 bp_dur[p * c + j] = (dmax - e) as u32;
             }
@@ -625,7 +625,12 @@ impl Fwd {
                 return;
             }
             for j in 0..c {
-                let (best, i) = argmax_add(&self.alpha, &par.tr_t[j * c..(j + 1) * c], false);
+                let (best, i) = argmax_add(
+                    &self.alpha,
+                    &par.tr_t[j * c..(j + 1) * c],
+                    false,
+                    &mut self.buf,
+                );
                 self.u[j] = best;
                 bp_prev[p * c + j] = i as u32;
             }
@@ -1381,7 +1386,7 @@ pub(crate) fn viterbi<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params) -> Decoded {
                     } else {
                         let a = &f.ring[slot * c..(slot + 1) * c];
                         let o = (d - 1) * c * c + j * c;
-                        argmax_add(a, &par.tr_t[o..o + c], false)
+                        argmax_add(a, &par.tr_t[o..o + c], false, &mut f.buf)
                     };
                     let x = inner + f.qring[slot * c + j] + par.dur[j * k + d - 1];
                     if x > best {
@@ -1397,7 +1402,7 @@ pub(crate) fn viterbi<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params) -> Decoded {
         f.step::<true, F>(p, seq, par);
     }
     // Final label: the smallest index attaining the maximum.
-    let (score, j) = argmax_add(&f.alpha, &par.end, false);
+    let (score, j) = argmax_add(&f.alpha, &par.end, false, &mut f.buf);
     if score == NEG {
         return Decoded {
             score,
