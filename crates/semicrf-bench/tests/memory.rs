@@ -28,9 +28,11 @@ fn lock() -> MutexGuard<'static, ()> {
     g
 }
 
-/// Small shapes: a batch with several sequences in flight at once, and one long sequence
-/// whose streaming backward has several checkpoint intervals.
-const SHAPES: [Shape; 2] = [
+/// Small shapes: a batch with several sequences in flight at once, one long sequence whose
+/// streaming backward has several checkpoint intervals, and a single sequence with more
+/// durations and labels (`K·C` state of tens of KiB, where shared scratch that a per-sequence
+/// allowance does not cover shows).
+const SHAPES: [Shape; 3] = [
     Shape {
         batch: 3,
         len: 120,
@@ -42,6 +44,12 @@ const SHAPES: [Shape; 2] = [
         len: 1500,
         max_duration: 16,
         labels: 4,
+    },
+    Shape {
+        batch: 1,
+        len: 300,
+        max_duration: 40,
+        labels: 12,
     },
 ];
 
