@@ -6,9 +6,10 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use semicrf_bench::alloc::{measure, warm_up_threads};
 use semicrf_bench::{
-    CANONICAL, OutputBytes, SEED, bench_id, edges_fit, human_bytes, ones, problem, shape_label,
+    CANONICAL, EDGE_LIMIT_BYTES, OutputBytes, SEED, bench_id, edges_fit, human_bytes, ones,
+    problem, shape_label,
 };
-use semicrf_core::{Engine, Op, Problem, Query, SemiringKind, Shape, edge_tensor_bytes};
+use semicrf_core::{Engine, Form, Op, Problem, Query, SemiringKind, Shape, edge_tensor_bytes};
 
 /// A pass that is timed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,8 +48,9 @@ pub struct Plan<'a> {
     pub algo: &'static str,
     /// The engine.
     pub engine: &'a dyn Engine<f32>,
-    /// The algorithm materialises a `B·T·K·C²` edge tensor (skip shapes where it exceeds
-    /// [`semicrf_bench::EDGE_LIMIT_BYTES`]).
+    /// The algorithm materialises edges: skip shapes where the whole `B·T·K·C²` edge tensor
+    /// and the engine's `memory_required` both exceed [`EDGE_LIMIT_BYTES`] (an engine that
+    /// materialises one sequence at a time may fit where the whole tensor does not).
     pub materialises_edges: bool,
     /// Inner-loop terms of one forward pass at a shape (to size the sampling).
     pub work: fn(Shape) -> f64,
@@ -129,12 +131,23 @@ pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
             if !selected(&id) {
                 continue;
             }
-            if plan.materialises_edges && !edges_fit(s) {
+            let planned = Query {
+                shape: s,
+                form: Form::Structured {
+                    duration_dependent_transition: false,
+                },
+                op: pass.op(),
+                dtype_bytes: 4,
+            };
+            let required = plan.engine.memory_required(&planned);
+            if plan.materialises_edges && !edges_fit(s) && required > EDGE_LIMIT_BYTES {
                 eprintln!(
-                    "note: {id} ({}) skipped: its edge tensor needs {} (limit {})",
+                    "note: {id} ({}) skipped: its edge tensor needs {} and the engine {} \
+                     (limit {})",
                     can.id,
                     human_bytes(edge_tensor_bytes(s)),
-                    human_bytes(semicrf_bench::EDGE_LIMIT_BYTES)
+                    human_bytes(required),
+                    human_bytes(EDGE_LIMIT_BYTES)
                 );
                 continue;
             }

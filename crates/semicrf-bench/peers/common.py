@@ -77,10 +77,13 @@ class Result:
         self.path = path
         self.doc = dict(fields)
         self.doc["status"] = "running"
+        self.doc["started_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.doc["loadavg_1min_at_start"] = os.getloadavg()[0]
         self.save()
 
     def set(self, **fields):
         self.doc.update(fields)
+        self.doc["loadavg_1min_last"] = os.getloadavg()[0]
         self.save()
 
     def save(self):

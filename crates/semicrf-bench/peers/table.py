@@ -40,7 +40,12 @@ def cell(peer, key, ours_ms):
     v = peer.get(key)
     if v is None:
         st = peer.get("status", "")
-        return (f"> {peer['timeout_s']} s" if "timeout" in st else st or "—"), "—"
+        if "timeout" in st:
+            return f"> {peer['timeout_s']} s", "—"
+        m = re.search(r"allocate (\d+) bytes", st)
+        if m:
+            return f"out of memory (asks {int(m.group(1)) / 1e9:.1f} GB)", "—"
+        return ("error" if st.startswith("error") else st or "—"), "—"
     return ms(v), ratio(v, ours_ms)
 
 

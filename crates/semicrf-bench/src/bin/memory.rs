@@ -254,6 +254,84 @@ fn main() {
         scaling["backward_extra_over_sqrt_t"] = json!(extra);
     }
 
+    // Where scan's and exact's materialised edges stop fitting a budget: memory_required of
+    // every engine at the canonical shapes, and the crossover T at (B, K, C) = (1, 100, 24).
+    const BUDGETS: [(u64, &str); 3] = [
+        (1 << 30, "1 GiB"),
+        (2 << 30, "2 GiB (the facade's default)"),
+        (16 << 30, "16 GiB"),
+    ];
+    println!("\nmemory_required for forward+backward (f32 inputs) at the canonical shapes:");
+    println!("| shape | (B, T, K, C) | streaming | scan | exact |");
+    println!("|---|---|---:|---:|---:|");
+    let mut canon = Vec::new();
+    for c in semicrf_bench::CANONICAL {
+        let q = Query {
+            shape: c.shape,
+            form: semicrf_core::Form::Structured {
+                duration_dependent_transition: false,
+            },
+            op: Op::Backward,
+            dtype_bytes: 4,
+        };
+        let req = [
+            Engine::<f32>::memory_required(&streaming, &q),
+            Engine::<f32>::memory_required(&scan, &q),
+            Engine::<f32>::memory_required(&exact, &q),
+        ];
+        let s = c.shape;
+        println!(
+            "| {} | ({}, {}, {}, {}) | {} | {} | {} |",
+            c.id,
+            s.batch,
+            s.len,
+            s.max_duration,
+            s.labels,
+            human_bytes(req[0]),
+            human_bytes(req[1]),
+            human_bytes(req[2])
+        );
+        canon.push(json!({"shape": c.id, "streaming": req[0], "scan": req[1], "exact": req[2]}));
+    }
+    let mut crossover = Vec::new();
+    for (budget, name) in BUDGETS {
+        let mut line = format!("budget {name}: at (B, K, C) = (1, 100, 24)");
+        let mut entry = json!({"budget": budget});
+        for (engine, algo) in [
+            (&streaming as &dyn Engine<f32>, "streaming"),
+            (&scan as &dyn Engine<f32>, "scan"),
+            (&exact as &dyn Engine<f32>, "exact"),
+        ] {
+            let need = |t: usize| {
+                engine.memory_required(&Query {
+                    shape: Shape::new(1, t, 100, 24),
+                    form: semicrf_core::Form::Structured {
+                        duration_dependent_transition: false,
+                    },
+                    op: Op::Backward,
+                    dtype_bytes: 4,
+                })
+            };
+            // The largest T (up to 1e9) whose forward+backward fits.
+            let (mut lo, mut hi) = (0usize, 1_000_000_000usize);
+            if need(hi) <= budget {
+                lo = hi;
+            }
+            while hi - lo > 1 {
+                let mid = lo + (hi - lo) / 2;
+                if need(mid) <= budget {
+                    lo = mid;
+                } else {
+                    hi = mid;
+                }
+            }
+            line += &format!(", {algo} fits up to T = {lo}");
+            entry[algo] = json!(lo);
+        }
+        println!("{line}");
+        crossover.push(entry);
+    }
+
     let json_rows: Vec<Value> = rows
         .iter()
         .map(|r| {
@@ -276,6 +354,8 @@ fn main() {
         "threads": rayon::current_num_threads(),
         "rows": json_rows,
         "scaling": scaling,
+        "canonical_memory_required_backward": canon,
+        "largest_t_within_budget_b1_k100_c24": crossover,
     });
     let text = serde_json::to_string_pretty(&doc).expect("serialisable");
     match json_path {
