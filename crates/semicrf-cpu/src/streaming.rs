@@ -170,22 +170,30 @@ impl StreamingEngine {
         }
     }
 
+    /// Whether the backward pass of each sequence recomputes the next interval on a second
+    /// thread while `β` runs through the current one: with rayon, when the batch has fewer
+    /// sequences than the thread pool has threads (otherwise the batch keeps them busy).
+    pub fn pipelines(&self, shape: Shape) -> bool {
+        self.parallelism == Parallelism::Rayon && shape.batch < rayon::current_num_threads()
+    }
+
     /// Working bytes of `op` on `shape` beyond inputs and returned outputs, with `dd` for a
     /// `(K, C, C)` transition. With `f = 8` bytes, `n = ⌈(T+1)/Δ'⌉` checkpoints,
     /// `Δ' = min(Δ, T+1)`, `R = C²` (static) or `K·C²` (duration-dependent):
     ///
     /// - parameters: `f·(2R + 2K·C + 2C)`;
-    /// - forward state per sequence: `f·(2K·C + 5C + 2·max(K, C))`;
+    /// - forward state per sequence: `f·(4K·C + 8C + 2·max(K, C))`;
     /// - forward: parameters + `B ×` forward state;
     /// - Viterbi: forward + `B × 8(T+1)·C` bytes of backpointers;
-    /// - backward, per sequence: forward state + `n` checkpoints of `f·(K·C + 2C + 2)`
-    ///   (`2K·C` for duration-dependent) + recomputed interval `f·3Δ'·C` + backward state
-    ///   `f·(2K·C + 10C + max(K, C))` (plus `2K·C` for duration-dependent) + shared-parameter
-    ///   partials `f·(R + K·C + 2C)`, the partials of all `B` sequences being alive at once;
+    /// - backward, per sequence: forward state + `n` checkpoints of `f·(K·C + 2C + 3)`
+    ///   (`f·(2K·C + 2C + 3)` for duration-dependent) + recomputed interval `f·3Δ'·C` (twice
+    ///   that when [`StreamingEngine::pipelines`]) + backward state `f·(4K·C + 16C +
+    ///   max(K, C))` + shared-parameter partials `f·(R + K·C + 2C)`;
     ///
     /// plus 512 bytes per sequence and 4 KiB for bookkeeping. The formula counts the state of
-    /// every sequence as alive at once; with `P` threads at most `P` are. Sequences shorter than `T` need
-    /// less. Every term is linear in `B`; the forward is flat in `T`.
+    /// every sequence as alive at once (with `P` threads at most `P` are) and every sequence
+    /// as `T` long. Every term is linear in `B`; the forward is flat in `T`, the backward grows
+    /// like `sqrt(T·K)·C` at the default `Δ`.
     pub fn memory_bytes(&self, shape: Shape, dd: bool, op: Op) -> u64 {
         let (b, t, k, c) = (
             shape.batch as u64,
@@ -204,8 +212,13 @@ impl StreamingEngine {
                 let n = (t + 1).div_ceil(delta);
                 let cp = F64 * seq::checkpoint_f64s(shape.max_duration, shape.labels, dd) as u64;
                 let bwd = F64
-                    * seq::backward_f64s(shape.max_duration, shape.labels, dd, delta as usize)
-                        as u64;
+                    * seq::backward_f64s(
+                        shape.max_duration,
+                        shape.labels,
+                        dd,
+                        delta as usize,
+                        self.pipelines(shape),
+                    ) as u64;
                 let partials = F64 * (r + k * c + 2 * c);
                 fwd + n * cp + bwd + partials
             }
@@ -302,9 +315,10 @@ impl<F: Scalar> Engine<F> for StreamingEngine {
                 (b, out)
             })
             .collect();
+        let pipeline = self.pipelines(sh);
         let run = |(b, out): (usize, SeqOut<'_>)| -> (f64, Partials) {
             let s = SeqIn::new(p, b);
-            seq::backward(&s, &par, delta, upstream[b], out)
+            seq::backward(&s, &par, delta, upstream[b], out, pipeline)
         };
         let results: Vec<(f64, Partials)> = match self.parallelism {
             Parallelism::Sequential => jobs.into_iter().map(run).collect(),

@@ -322,27 +322,30 @@ fn viterbi_breaks_ties_toward_shorter_segments_and_smaller_labels() {
 
 #[test]
 fn sequential_and_rayon_results_are_bitwise_identical() {
-    let mut g = GenSpec::new(7, 120, 9, 5);
-    g.ragged = true;
-    g.boundaries = true;
-    for tk in [TransitionKind::Static, TransitionKind::DurationDependent] {
-        g.transition = tk;
-        let p = random_problem(11, &g);
-        let up = upstream(7, 3);
-        let seq = StreamingEngine::new().parallelism(Parallelism::Sequential);
-        let par = StreamingEngine::new().parallelism(Parallelism::Rayon);
-        let a = backward(&seq, &p, &up).unwrap();
-        let b = backward(&par, &p, &up).unwrap();
-        assert_eq!(a, b);
-        assert_eq!(
-            forward(&seq, &p, SemiringKind::Log),
-            forward(&par, &p, SemiringKind::Log)
-        );
-        let v = Problem::Structured(p.view().unwrap());
-        assert_eq!(
-            Engine::<f64>::viterbi(&seq, &v).unwrap(),
-            Engine::<f64>::viterbi(&par, &v).unwrap()
-        );
+    // B = 7 spreads sequences over threads; B = 1 pipelines the backward of one sequence.
+    for (batch, len) in [(7, 120), (1, 400)] {
+        let mut g = GenSpec::new(batch, len, 9, 5);
+        g.ragged = true;
+        g.boundaries = true;
+        for tk in [TransitionKind::Static, TransitionKind::DurationDependent] {
+            g.transition = tk;
+            let p = random_problem(11, &g);
+            let up = upstream(batch, 3);
+            let seq = StreamingEngine::new().parallelism(Parallelism::Sequential);
+            let par = StreamingEngine::new().parallelism(Parallelism::Rayon);
+            let a = backward(&seq, &p, &up).unwrap();
+            let b = backward(&par, &p, &up).unwrap();
+            assert_eq!(a, b);
+            assert_eq!(
+                forward(&seq, &p, SemiringKind::Log),
+                forward(&par, &p, SemiringKind::Log)
+            );
+            let v = Problem::Structured(p.view().unwrap());
+            assert_eq!(
+                Engine::<f64>::viterbi(&seq, &v).unwrap(),
+                Engine::<f64>::viterbi(&par, &v).unwrap()
+            );
+        }
     }
 }
 

@@ -755,17 +755,19 @@ pub(crate) struct Partials {
 
 /// Doubles held by the backward state besides the forward state and checkpoints:
 /// the `β` ring, recomputed interval buffers and small per-label vectors.
-pub(crate) fn backward_f64s(k: usize, c: usize, dd: bool, delta: usize) -> usize {
+pub(crate) fn backward_f64s(k: usize, c: usize, dd: bool, delta: usize, pipeline: bool) -> usize {
     let ring = if dd { k * c } else { 2 * k * c };
     let ybuf = if dd { 2 * k * c } else { 0 };
     let lin = if dd { 0 } else { 2 * k * c };
     let cover = if dd { k * c } else { 0 };
-    ring + lin + ybuf + cover + 3 * delta * c + 16 * c + k.max(c)
+    let bufs = if pipeline { 6 } else { 3 } * delta * c;
+    ring + lin + ybuf + cover + bufs + 16 * c + k.max(c)
 }
 
 /// Forward and backward of one sequence with checkpoints every `delta` positions; writes the
 /// per-sequence outputs (scaled by `g`) and returns `(log Z, partials)`; partials are not
-/// scaled. Returns `log Z = -inf` and zero partials without touching the outputs when the
+/// scaled. With `pipeline`, the recomputation of each interval runs on another thread while
+/// `β` runs through the interval after it. Returns `log Z = -inf` and zero partials without touching the outputs when the
 /// sequence is infeasible.
 pub(crate) fn backward<F: Scalar>(
     seq: &SeqIn<'_, F>,
@@ -773,6 +775,7 @@ pub(crate) fn backward<F: Scalar>(
     delta: usize,
     g: f64,
     out: SeqOut<'_>,
+    pipeline: bool,
 ) -> (f64, Partials) {
     let (k, c, dd) = (par.k, par.c, par.dd);
     let len = seq.len;
@@ -810,8 +813,9 @@ pub(crate) fn backward<F: Scalar>(
     if log_z == NEG {
         return (log_z, parts);
     }
-    // Pass 2: intervals from last to first; recompute α, u, P inside (except for the last,
-    // kept from pass 1), then run β down.
+    // Pass 2: intervals from last to first: β runs down through interval n while the forward
+    // quantities of interval n-1 are recomputed from its checkpoint (concurrently when
+    // `pipeline`, which needs a second set of interval buffers; the results are the same).
     let mut bw = Bwd::new(par, len);
     let SeqOut {
         scores: pos_out,
@@ -819,56 +823,68 @@ pub(crate) fn backward<F: Scalar>(
         mut eb,
         bm,
     } = out;
+    let mut cur = IntervalBufs { ab, ub, pb };
+    let mut next = if pipeline && n_int > 1 {
+        IntervalBufs::new(delta * c)
+    } else {
+        IntervalBufs::new(0)
+    };
     for n in (0..n_int).rev() {
         let p0 = n * delta;
         let p1 = ((n + 1) * delta).min(len + 1);
-        if n + 1 < n_int {
-            f.restore(&cps, n);
-            for p in p0..p1 {
-                let r = (p - p0) * c;
-                pb[r..r + c].copy_from_slice(&f.pref);
-                f.step::<false, F>(p, seq, par);
-                ab[r..r + c].copy_from_slice(&f.alpha);
-                ub[r..r + c].copy_from_slice(&f.u);
-            }
-        }
-        for s in (p0..p1).rev() {
-            let r = (s - p0) * c;
-            let at = Here {
-                s,
-                alpha: &ab[r..r + c],
-                u: &ub[r..r + c],
-                pref: &pb[r..r + c],
-            };
-            if s == len {
-                bw.init(&at, seq, par, log_z, &mut parts);
-                if let Some(eb) = eb.as_deref_mut() {
+        let mut run_beta = |bufs: &IntervalBufs| {
+            for s in (p0..p1).rev() {
+                let r = (s - p0) * c;
+                let at = Here {
+                    s,
+                    alpha: &bufs.ab[r..r + c],
+                    u: &bufs.ub[r..r + c],
+                    pref: &bufs.pb[r..r + c],
+                };
+                if s == len {
+                    bw.init(&at, seq, par, log_z, &mut parts);
+                    if let Some(eb) = eb.as_deref_mut() {
+                        for j in 0..c {
+                            eb[(len - 1) * c + j] = g * bw.endm[j];
+                        }
+                    }
+                    continue;
+                }
+                if dd {
+                    bw.step_dd(&at, seq, par, log_z, &mut parts, pos_out);
+                } else {
+                    bw.step(&at, seq, par, log_z, &mut parts, pos_out);
+                }
+                let mut total = 0.0;
+                for j in 0..c {
+                    total += bw.bgn[j];
+                }
+                bm[s] = total;
+                if let Some(bb) = bb.as_deref_mut() {
                     for j in 0..c {
-                        eb[(len - 1) * c + j] = g * bw.endm[j];
+                        bb[s * c + j] = g * bw.bgn[j];
                     }
                 }
-                continue;
-            }
-            if dd {
-                bw.step_dd(&at, seq, par, log_z, &mut parts, pos_out);
-            } else {
-                bw.step(&at, seq, par, log_z, &mut parts, pos_out);
-            }
-            let mut total = 0.0;
-            for j in 0..c {
-                total += bw.bgn[j];
-            }
-            bm[s] = total;
-            if let Some(bb) = bb.as_deref_mut() {
-                for j in 0..c {
-                    bb[s * c + j] = g * bw.bgn[j];
+                if let (true, Some(eb)) = (s > 0, eb.as_deref_mut()) {
+                    for j in 0..c {
+                        eb[(s - 1) * c + j] = g * bw.endm[j];
+                    }
                 }
             }
-            if let (true, Some(eb)) = (s > 0, eb.as_deref_mut()) {
-                for j in 0..c {
-                    eb[(s - 1) * c + j] = g * bw.endm[j];
-                }
-            }
+        };
+        if n == 0 {
+            run_beta(&cur);
+        } else if pipeline {
+            let (f, cps) = (&mut f, &cps);
+            let next_ref = &mut next;
+            rayon::join(
+                || recompute(f, cps, n - 1, delta, seq, par, next_ref),
+                || run_beta(&cur),
+            );
+            std::mem::swap(&mut cur, &mut next);
+        } else {
+            run_beta(&cur);
+            recompute(&mut f, &cps, n - 1, delta, seq, par, &mut cur);
         }
     }
     // Position marginals: prefix sums of the differences, scaled by g.
@@ -881,6 +897,46 @@ pub(crate) fn backward<F: Scalar>(
         }
     }
     (log_z, parts)
+}
+
+/// `α`, `u` and `P` of the positions of one interval, `[(p - p0)*C + j]`.
+struct IntervalBufs {
+    ab: Vec<f64>,
+    ub: Vec<f64>,
+    pb: Vec<f64>,
+}
+
+impl IntervalBufs {
+    fn new(n: usize) -> Self {
+        IntervalBufs {
+            ab: vec![0.0; n],
+            ub: vec![0.0; n],
+            pb: vec![0.0; n],
+        }
+    }
+}
+
+/// Restores checkpoint `n` and recomputes the forward quantities of interval `n` into `bufs`.
+fn recompute<F: Scalar>(
+    f: &mut Fwd,
+    cps: &Checkpoints,
+    n: usize,
+    delta: usize,
+    seq: &SeqIn<'_, F>,
+    par: &Params,
+    bufs: &mut IntervalBufs,
+) {
+    let c = par.c;
+    let p0 = n * delta;
+    let p1 = ((n + 1) * delta).min(seq.len + 1);
+    f.restore(cps, n);
+    for p in p0..p1 {
+        let r = (p - p0) * c;
+        bufs.pb[r..r + c].copy_from_slice(&f.pref);
+        f.step::<false, F>(p, seq, par);
+        bufs.ab[r..r + c].copy_from_slice(&f.alpha);
+        bufs.ub[r..r + c].copy_from_slice(&f.u);
+    }
 }
 
 /// The recomputed forward quantities at one position.
