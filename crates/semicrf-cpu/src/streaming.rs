@@ -181,14 +181,16 @@ impl StreamingEngine {
     /// `(K, C, C)` transition. With `f = 8` bytes, `n = ⌈(T+1)/Δ'⌉` checkpoints,
     /// `Δ' = min(Δ, T+1)`, `R = C²` (static) or `K·C²` (duration-dependent):
     ///
-    /// - parameters: `f·(2R + 2K·C + 2C)`;
-    /// - forward state per sequence: `f·(4K·C + 8C + 2·max(K, C))`;
+    /// - parameters: `f·(2R + 2C² + 4K·C + 8C)` (the transition and duration in two layouts,
+    ///   their linear-domain twins, start, end and per-label maxima);
+    /// - forward state per sequence: `f·(4K·C + 9C + 2·max(K, C))`;
     /// - forward: parameters + `B ×` forward state;
     /// - Viterbi: forward + `B × 8(T+1)·C` bytes of backpointers;
     /// - backward, per sequence: forward state + `n` checkpoints of `f·(K·C + 2C + 3)`
     ///   (`f·(2K·C + 2C + 3)` for duration-dependent) + recomputed interval `f·3Δ'·C` (twice
     ///   that when [`StreamingEngine::pipelines`]) + backward state `f·(4K·C + 16C +
-    ///   max(K, C))` + shared-parameter partials `f·(R + K·C + 2C)`;
+    ///   max(K, C))` + shared-parameter partials `f·(R + K·C + 2C)`; plus, once, the batch
+    ///   sums `f·(R + K·C)`;
     ///
     /// plus 512 bytes per sequence and 4 KiB for bookkeeping. The formula counts the state of
     /// every sequence as alive at once (with `P` threads at most `P` are) and every sequence
@@ -202,7 +204,7 @@ impl StreamingEngine {
             shape.labels as u64,
         );
         let r = if dd { k * c * c } else { c * c };
-        let params = F64 * (2 * r + 2 * k * c + 2 * c);
+        let params = F64 * Params::f64s(shape.max_duration, shape.labels, dd) as u64;
         let fwd = F64 * Fwd::f64s(k as usize, c as usize) as u64;
         let per_seq = match op {
             Op::Forward(_) => fwd,
@@ -223,7 +225,13 @@ impl StreamingEngine {
                 fwd + n * cp + bwd + partials
             }
         };
+        // The backward's batch sums of the transition and duration gradients.
+        let sums = match op {
+            Op::Backward => F64 * (r + k * c),
+            _ => 0,
+        };
         params
+            .saturating_add(sums)
             .saturating_add(b.saturating_mul(per_seq + PER_SEQUENCE_SLACK))
             .saturating_add(CONSTANT_SLACK)
     }

@@ -600,6 +600,9 @@ fn memory_required_bounds_the_measured_peak_of_every_operation() {
         (16, 256, 15, 8, false),
         (2, 3000, 40, 5, false),
         (1, 20_000, 10, 3, false),
+        (1, 300, 40, 12, false),
+        (1, 200, 60, 20, false),
+        (1, 150, 20, 9, true),
         (3, 500, 12, 4, true),
     ] {
         let mut g = GenSpec::new(b, t, k, c);

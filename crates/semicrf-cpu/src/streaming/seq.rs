@@ -63,6 +63,12 @@ fn exp_rel(x: f64, m: f64) -> f64 {
 }
 
 impl Params {
+    /// Doubles held by the parameters (`dd`: duration-dependent transition).
+    pub(crate) fn f64s(k: usize, c: usize, dd: bool) -> usize {
+        let r = if dd { k * c * c } else { c * c };
+        2 * r + 2 * c * c + 4 * k * c + 8 * c
+    }
+
     pub(crate) fn new<F: Scalar>(p: &Potentials<'_, F>) -> Self {
         let sh = p.shape();
         let (k, c) = (sh.max_duration, sh.labels);
@@ -333,7 +339,7 @@ impl Fwd {
 
     /// Doubles held by a forward state.
     pub(crate) fn f64s(k: usize, c: usize) -> usize {
-        4 * k * c + 8 * c + 2 * k.max(c)
+        4 * k * c + 9 * c + 2 * k.max(c)
     }
 
     /// Recomputes `rho[j]` and the linear entries of label `j` for starts `lo..=hi`.
