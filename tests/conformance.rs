@@ -81,6 +81,7 @@ fn ones(n: usize) -> Vec<f64> {
 
 fn log_partition_and_viterbi_match_brute_force<E: Engine<f64>>(e: &E) {
     let mut compared = 0;
+    let (mut worst_z, mut worst_m) = (0.0f64, 0.0f64);
     for (name, owned) in cases() {
         let p = owned.view().unwrap();
         let problem = Problem::Structured(p.clone());
@@ -92,6 +93,10 @@ fn log_partition_and_viterbi_match_brute_force<E: Engine<f64>>(e: &E) {
         let v = e.viterbi(&problem).unwrap();
         for b in 0..p.shape().batch {
             let bf = reference::brute_force(&p, b).unwrap();
+            if bf.log_z.is_finite() {
+                worst_z = worst_z.max((z[b] - bf.log_z).abs() / bf.log_z.abs().max(1.0));
+                worst_m = worst_m.max((m[b] - bf.max).abs() / bf.max.abs().max(1.0));
+            }
             assert!(
                 F64_VALUES.ok(z[b], bf.log_z),
                 "{name} b={b}: log Z {} vs {}",
@@ -124,6 +129,11 @@ fn log_partition_and_viterbi_match_brute_force<E: Engine<f64>>(e: &E) {
     assert!(
         compared >= 500,
         "{}: only {compared} sequences compared",
+        e.name()
+    );
+    println!(
+        "{}: {compared} sequences vs brute force: worst relative error log Z {worst_z:.1e}, \
+         Viterbi {worst_m:.1e}",
         e.name()
     );
 }
@@ -283,6 +293,7 @@ fn gradients_match_central_finite_differences<E: Engine<f64>>(e: &E) {
     ];
     let mut problems = 0;
     let mut entries = 0;
+    let mut worst_fd = 0.0f64;
     for (name, owned) in cases() {
         if problems >= 120 {
             break;
@@ -336,6 +347,7 @@ fn gradients_match_central_finite_differences<E: Engine<f64>>(e: &E) {
                 }
                 let fd = finite_difference(&owned, *field, &idx);
                 let g = grad[idx.as_slice()];
+                worst_fd = worst_fd.max((fd - g).abs());
                 assert!(
                     (fd - g).abs() <= 1e-9,
                     "{name}: grad {field_name}{idx:?} = {g}, fd {fd}"
@@ -347,6 +359,11 @@ fn gradients_match_central_finite_differences<E: Engine<f64>>(e: &E) {
     }
     assert!(problems >= 100, "{}: only {problems} problems", e.name());
     assert!(entries > 5000, "{}: only {entries} entries", e.name());
+    println!(
+        "{}: {problems} problems, {entries} gradient entries vs central differences: \
+         worst |error| {worst_fd:.1e}",
+        e.name()
+    );
 }
 
 fn nll_is_nonnegative_for_random_gold_segmentations<E: Engine<f64>>(e: &E) {
