@@ -653,3 +653,36 @@ fn memory_required_bounds_the_measured_peak_of_every_operation() {
         }
     }
 }
+
+/// Longer extreme problems (T up to 40, K up to T + 5, |scores| up to 1e4) against the oracle.
+#[test]
+fn extreme_longer_problems_match_the_oracle() {
+    let e = StreamingEngine::new();
+    for seed in 0..3000u64 {
+        let mut g = random_spec(seed);
+        let r = |k: u64| (seed.wrapping_mul(6364136223846793005).wrapping_add(k) >> 33) as usize;
+        g.len = [1, 2, 5, 17, 40][r(1) % 5];
+        g.max_duration = [1, 3, 8, g.len, g.len + 5][r(2) % 5];
+        g.labels = [1, 2, 3, 6][r(3) % 4];
+        g.scale = [1.0, 50.0, 1e3, 1e4][r(4) % 4];
+        g.unreachable_label &= g.labels > 1;
+        let p = random_problem(seed, &g);
+        for s in [SemiringKind::Log, SemiringKind::Max] {
+            let got = forward(&e, &p, s);
+            let want = forward(&Reference, &p, s);
+            for (b, (x, y)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    close(*x, *y, 1e-10),
+                    "seed {seed} {s:?} b={b}: {x} vs {y} {g:?}"
+                );
+            }
+        }
+        if seed % 3 == 0 {
+            let up = upstream(g.batch, seed);
+            if let (Ok(a), Ok(b)) = (backward(&e, &p, &up), backward(&Reference, &p, &up)) {
+                let err = grad_err(&a, &b, grad_tol(&p));
+                assert!(err <= 1.0, "seed {seed}: gradient error {err} × tolerance");
+            }
+        }
+    }
+}

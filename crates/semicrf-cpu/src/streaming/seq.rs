@@ -9,10 +9,15 @@ use super::kernels::{
 };
 
 const NEG: f64 = f64::NEG_INFINITY;
-/// A linear-domain sum is trusted when it is at least this: every term lost to underflow is
-/// below `3e-308`, so with at most `K ≤ 1e20` terms the relative error they cause is below
-/// `1e-8`·`1e-20`; smaller sums are recomputed exactly in the log domain.
+/// A matrix-vector sum of factors `<= 1` is trusted when it is at least this: every term lost
+/// to underflow is below `3e-308`, so with at most `C ≤ 1e20` terms the relative error they
+/// cause is below `1e-8`·`1e-20`; smaller sums are recomputed exactly in the log domain.
 const TAU: f64 = 1e-280;
+/// A ring dot product `Σ_d lin · dlin` is trusted when it is at least `TAU_RING_PER_TERM · K`:
+/// a ring entry can be up to `e^REBASE ≈ 4e260` while its duration weight underflows to 0, so
+/// a lost term is below `4e260 · 3e-308 ≈ 1.1e-47`, and `K` of them stay below `1e-16` of the
+/// sum (and, in the backward pass, below `1e-17` in absolute value of any marginal).
+const TAU_RING_PER_TERM: f64 = 1e-30;
 /// Linear ring entries stay below `exp(REBASE)` relative to their label's reference, so a
 /// sum of `K` of them times weights `<= 1` cannot overflow.
 const REBASE: f64 = 600.0;
@@ -55,6 +60,8 @@ pub(crate) struct Params {
     pub rowmax: Vec<f64>,
     /// Static: `exp(tr[i, j] - rowmax[i])` at `[i*C + j]`.
     pub elin: Vec<f64>,
+    /// Smallest trusted ring dot product, `TAU_RING_PER_TERM · K`.
+    pub tau_ring: f64,
 }
 
 /// `exp(x - m)`, or 0 when `m = -inf`.
@@ -155,6 +162,7 @@ impl Params {
             elin_t,
             rowmax,
             elin,
+            tau_ring: TAU_RING_PER_TERM * k as f64,
         }
     }
 }
@@ -494,7 +502,7 @@ impl Fwd {
 
     /// The log-semiring step for a static transition, in the linear domain with exact
     /// fallbacks: `α_p(j) = rho_j + max dur_j + ln Σ_d lin · dlin + P + end_boundary`, exact
-    /// when the sum is below [`TAU`]; `u_p(j) = m + colmax_j + ln Σ_i exp(α_p(i) - m) ·
+    /// when the sum is below `tau_ring`; `u_p(j) = m + colmax_j + ln Σ_i exp(α_p(i) - m) ·
     /// elin_t[j, i]`, exact when that sum is below [`TAU`].
     fn step_log<F: Scalar>(&mut self, p: usize, seq: &SeqIn<'_, F>, par: &Params) {
         let (k, c) = (self.k, self.c);
@@ -514,11 +522,11 @@ impl Fwd {
                 let off = j * 2 * k + slot + k - dmax;
                 let dl = &par.dlin_rev[j * k + k - dmax..j * k + k];
                 let mut sum = dot(&self.lin[off..off + dmax], dl);
-                if sum < TAU {
+                if sum < par.tau_ring {
                     self.rebuild(j, p - dmax, p - 1);
                     sum = dot(&self.lin[off..off + dmax], dl);
                 }
-                if sum >= TAU {
+                if sum >= par.tau_ring {
                     self.sums[j] = sum;
                 } else {
                     self.exact[j] = true;
@@ -1111,7 +1119,7 @@ impl Bwd {
 
     /// A position `s < L`, static transition: `γ_s` from the linear `β` ring and `β_s` as a
     /// matrix-vector product, with the marginals as products of the same linear factors;
-    /// every sum below [`TAU`] or scale factor above `exp(MAX_ARG)` takes the exact log path.
+    /// every sum below its threshold (`tau_ring`, [`TAU`]) or scale factor above `exp(MAX_ARG)` takes the exact log path.
     fn step<F: Scalar>(
         &mut self,
         at: &Here<'_>,
@@ -1143,13 +1151,13 @@ impl Bwd {
             let off = j * 2 * k + slot;
             let dl = &par.dlin[j * k..j * k + dmax];
             let mut sum = dot(&self.lin[off..off + dmax], dl);
-            if sum < TAU {
+            if sum < par.tau_ring {
                 self.rebuild(j, s + 1, s + dmax);
                 sum = dot(&self.lin[off..off + dmax], dl);
             }
             let q = self.row[j] - at.pref[j];
             let farg = at.u[j] + q + self.sigma[j] + par.dmaxdur[j] - log_z;
-            if sum >= TAU && farg <= MAX_ARG {
+            if sum >= par.tau_ring && farg <= MAX_ARG {
                 self.sums[j] = sum;
                 self.fx[j] = farg;
             } else {
