@@ -77,10 +77,13 @@
 //!   `exp(transition - column max)`;
 //! - marginals are products of the same linear factors and one `exp` per label.
 //!
-//! Soundness does not depend on the input range: a linear sum is used only when it is at
-//! least `1e-280` (then every term lost to underflow, each below `3e-308`, is negligible), and a
-//! scale factor only when its exponent is at most 700. Otherwise the label is re-based and,
-//! if that is not enough, the value is computed exactly in the log domain (a log-sum-exp that
+//! Soundness does not depend on the input range. A matrix-vector sum (factors `<= 1`) is
+//! used only when it is at least `1e-280`, so every term lost to underflow (each below
+//! `3e-308`) is negligible; a ring dot product only when it is at least `1e-30·K`, because a
+//! ring entry may be up to `e^600` while its duration weight underflows (a lost term is then
+//! below `1.1e-47`); a marginal scale factor only when its exponent is at most 700. Otherwise
+//! the label is re-based and, if that is not enough, the value is computed exactly in the log
+//! domain (a log-sum-exp that
 //! subtracts its maximum and returns `-inf` when the maximum is `-inf`). The max semiring,
 //! Viterbi and the duration-dependent transition always run in the log domain. No value is
 //! ever clamped; `exp` and `ln` are branch-free polynomials that vectorise (relative error
