@@ -1,6 +1,6 @@
 //! The ground every semicrf backend stands on: validated inputs, the one [`Error`] type, the
 //! backend trait [`Engine`] with memory estimates and selection by memory budget, gold scoring
-//! and NLL, label-run ↔ segment conversion, and the f64 [`reference`] oracle.
+//! and NLL, label-run ↔ segment conversion, and the f64 [`reference`](mod@reference) oracle.
 //!
 //! Users normally depend on the `semicrf` facade, which re-exports this crate; depend on it
 //! directly to write a backend.
@@ -24,10 +24,15 @@
 //! # The model
 //!
 //! A segmentation tiles `[0, L_b)` with segments `(s, d, c)`, `d ∈ 1..=K`. Its score is
-//! `start[c_1] + Σ_i (Σ_{t ∈ seg_i} scores[t, c_i] + duration[d_i-1, c_i] + begin_boundary[s_i, c_i]
-//! + end_boundary[s_i+d_i-1, c_i]) + Σ_{i≥2} transition[c_{i-1}, c_i] + end[c_n]`, and
-//! `log Z = logsumexp` over all segmentations. Edge potentials `(B, T, K, C, C)` generalise it:
-//! [`materialize`] turns structured potentials into edges exactly.
+//!
+//! ```text
+//! start[c_1] + Σ_i ( Σ_{t in segment i} scores[t, c_i] + duration[d_i - 1, c_i]
+//!                    + begin_boundary[s_i, c_i] + end_boundary[s_i + d_i - 1, c_i] )
+//!            + Σ_{i >= 2} transition[c_{i-1}, c_i] + end[c_n]
+//! ```
+//!
+//! and `log Z = logsumexp` over all segmentations. Edge potentials `(B, T, K, C, C)` generalise
+//! it: [`materialize`] turns structured potentials into edges exactly.
 //!
 //! # Algorithms (per sequence)
 //!

@@ -212,8 +212,11 @@ mod tests {
                         let l = S::plus(S::plus(a, b), c);
                         let r = S::plus(a, S::plus(b, c));
                         assert!(close(l, r), "{} associative {a} {b} {c}: {l} {r}", S::NAME);
-                        // Distributivity only where `a + b` stays finite.
-                        if (a + b).is_finite() && (a + c).is_finite() || a == NINF {
+                        // Distributivity, where the sums are exact enough to compare: at
+                        // 1e300 the ln 2 of a log-add disappears in rounding before `a`
+                        // cancels it.
+                        let moderate = [a, b, c].iter().all(|x| x.abs() <= 1e4 || *x == NINF);
+                        if moderate || a == NINF {
                             let l = S::times(a, S::plus(b, c));
                             let r = S::plus(S::times(a, b), S::times(a, c));
                             assert!(close(l, r), "{} distributive {a} {b} {c}", S::NAME);
