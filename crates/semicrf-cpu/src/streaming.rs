@@ -17,6 +17,15 @@
 //! ⊕_d (v_{t-d}(j) ⊗ duration[d-1, j])`: a log-sum-exp of two contiguous slices (the ring is
 //! stored twice over, so the window of the last `K` starts never wraps).
 //!
+//! The prefix sums are re-anchored after every `K` positions: each label's `P` restarts from
+//! 0 and its ring entries (and the reference `ρ_j` of their linear twins) take the
+//! difference on board, so that `P` in every stored value is relative to an origin at most
+//! `K` positions old. Differences `P[t] - P[s]` of the global prefix sums would carry an
+//! absolute error of about `ulp(T · max |score|)` (large scores compensated by durations
+//! make `log Z` small while `P` grows with `T`); relative to a recent origin the error is
+//! about `ulp(K · max |score|)`, next to `ulp(|α|)` from the recurrence itself. The backward
+//! pass moves its ring back to the earlier origin at the same positions by the same amounts.
+//!
 //! `-inf` scores are legal and forbid a label at a position. The prefix sums keep only the
 //! finite part; instead of differencing infinities (`-inf - -inf` is NaN) each label tracks the
 //! last position with a `-inf` score, and the window of admissible durations ends there.
@@ -44,12 +53,22 @@
 //!
 //! # Checkpoints
 //!
-//! The backward pass first runs the forward pass, saving the forward state (ring, prefix sums,
-//! last `-inf` positions) every `Δ` positions; the saved ring is stored minus its largest
-//! finite value, the shift kept separately in `f64`. Then, for each interval from the last to
-//! the first, it restores the checkpoint, recomputes `α`, `u` and `P` inside the interval
-//! (`O(Δ·C)`) and runs `β` down through it with its own ring. `Δ` is
-//! [`StreamingEngine::checkpoint_interval`] or, by default, `max(K, ⌈sqrt(T·K)⌉)`.
+//! The backward pass first runs the forward pass, saving the forward state (ring and, for the
+//! log semiring, its linear twin and references; re-anchored prefix sums; last `-inf`
+//! positions) every `Δ` positions. Then, for each interval from the last to the first, it
+//! restores the checkpoint, recomputes `α`, `u` and `P` inside the interval (`O(Δ·C)`) and
+//! runs `β` down through it with its own ring. `Δ` is [`StreamingEngine::checkpoint_interval`]
+//! or, by default, `max(K, ⌈sqrt(T·K)⌉)`.
+//!
+//! A checkpoint is an exact copy of the forward state, so the recomputed intervals are
+//! bitwise those of the first pass and every result is bitwise independent of `Δ`. SPEC §4
+//! asks for saved rings normalised by a running maximum with the shift kept apart; that is
+//! not done here, deliberately: a shift shared by all entries costs each restored entry an
+//! absolute error of about `ulp(|shift|)` (a label with very large entries then degrades the
+//! others), and a per-label shift still rounds `(v - m) + m`. The stored entries are `f64`,
+//! the values of the forward state itself, and their `P`-part is already relative to a
+//! recent origin (re-anchoring above), so there is nothing to overflow that the forward pass
+//! would not overflow.
 //!
 //! # Cost per sequence
 //!
@@ -189,8 +208,8 @@ impl StreamingEngine {
     /// - forward state per sequence: `f·(4K·C + 9C + 2·max(K, C))`;
     /// - forward: parameters + `B ×` forward state;
     /// - Viterbi: forward + `B × 8(T+1)·C` bytes of backpointers;
-    /// - backward, per sequence: forward state + `n` checkpoints of `f·(K·C + 2C + 3)`
-    ///   (`f·(2K·C + 2C + 3)` for duration-dependent) + recomputed interval `f·3Δ'·C` (twice
+    /// - backward, per sequence: forward state + `n` checkpoints of `f·(2K·C + 3C)`
+    ///   (`f·(2K·C + 2C)` for duration-dependent) + recomputed interval `f·3Δ'·C` (twice
     ///   that when [`StreamingEngine::pipelines`]) + backward state `f·(4K·C + 16C +
     ///   max(K, C))` + shared-parameter partials `f·(R + K·C + 2C)`; plus, once, the batch
     ///   sums `f·(R + K·C)`;

@@ -241,6 +241,8 @@ impl<'a, F: Scalar> SeqIn<'a, F> {
 /// P[s, j]` at `slot = s mod K` and again at `slot + K` (a doubled ring, so that the window
 /// of the last `K` starts is one contiguous slice per label). Duration-dependent transition:
 /// `ring[slot*C + i] = α_s(i)` and `qring[slot*C + j] = begin_boundary[s, j] - P[s, j]`.
+/// Here and in `pref`, `P` is relative to each label's current origin, moved to the current
+/// position after every `K` positions ([`Fwd::reanchor`]).
 #[derive(Clone, Debug)]
 pub(crate) struct Fwd {
     k: usize,
@@ -248,7 +250,8 @@ pub(crate) struct Fwd {
     dd: bool,
     ring: Vec<f64>,
     qring: Vec<f64>,
-    /// `P[p, ·]`, finite part (`-inf` scores count as 0; `z` tracks them).
+    /// `P[p, ·]` relative to the current origin, finite part (`-inf` scores count as 0; `z`
+    /// tracks them).
     pub pref: Vec<f64>,
     /// The first start whose segment up to `p` contains no `-inf` score, per label.
     z: Vec<usize>,
@@ -268,48 +271,43 @@ pub(crate) struct Fwd {
     exact: Vec<bool>,
 }
 
-/// A saved forward state: the ring minus its finite maximum (kept in `shift`), `P` and `z`.
+/// Saved forward states, one per interval, exactly as the forward pass left them before the
+/// interval's first position (restoring one reproduces the forward pass bitwise): the ring
+/// (static: the log ring and its linear twin, each stored once instead of doubled;
+/// duration-dependent: `α` and `q`), the linear references `rho` (static), the re-anchored
+/// prefix sums and the last `-inf` positions. No shift is applied: a shift shared by all
+/// entries would cost every entry the absolute precision of the shift.
 #[derive(Clone, Debug)]
 pub(crate) struct Checkpoints {
     per: usize,
     ring: Vec<f64>,
-    shift: Vec<f64>,
+    rho: Vec<f64>,
     pref: Vec<f64>,
     z: Vec<usize>,
-    at: Vec<usize>,
 }
 
 impl Checkpoints {
     pub(crate) fn new(n: usize, k: usize, c: usize, dd: bool) -> Self {
-        let per = if dd { 2 * k * c } else { k * c };
+        let per = 2 * k * c;
         Checkpoints {
             per,
             ring: vec![0.0; n * per],
-            shift: vec![0.0; 2 * n],
+            rho: vec![0.0; if dd { 0 } else { n * c }],
             pref: vec![0.0; n * c],
             z: vec![0; n * c],
-            at: vec![0; n],
         }
     }
 }
 
-/// Doubles per element of the saved ring of one checkpoint.
+/// Doubles (8-byte words) held by one checkpoint.
 pub(crate) fn checkpoint_f64s(k: usize, c: usize, dd: bool) -> usize {
-    (if dd { 2 * k * c } else { k * c }) + 3 + 2 * c
+    2 * k * c + if dd { 2 * c } else { 3 * c }
 }
 
-fn save_shifted(src: &[f64], dst: &mut [f64]) -> f64 {
-    let mut m = NEG;
-    for &x in src {
-        if x > m {
-            m = x;
-        }
-    }
-    let shift = if m == NEG { 0.0 } else { m };
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = s - shift;
-    }
-    shift
+/// Whether the prefix sums are re-anchored after position `p` (after every `K` positions).
+#[inline]
+pub(crate) fn anchors_after(p: usize, k: usize) -> bool {
+    (p + 1).is_multiple_of(k)
 }
 
 impl Fwd {
@@ -373,68 +371,43 @@ impl Fwd {
         }
     }
 
-    pub(crate) fn save(&self, cp: &mut Checkpoints, n: usize, p: usize) {
+    pub(crate) fn save(&self, cp: &mut Checkpoints, n: usize) {
         let (k, c, per) = (self.k, self.c, cp.per);
         let dst = &mut cp.ring[n * per..(n + 1) * per];
         if self.dd {
-            cp.shift[2 * n] = save_shifted(&self.ring, &mut dst[..k * c]);
-            cp.shift[2 * n + 1] = save_shifted(&self.qring, &mut dst[k * c..]);
+            dst[..k * c].copy_from_slice(&self.ring);
+            dst[k * c..].copy_from_slice(&self.qring);
         } else {
-            let mut m = NEG;
+            let (log, lin) = dst.split_at_mut(k * c);
             for j in 0..c {
-                for &x in &self.ring[j * 2 * k..j * 2 * k + k] {
-                    if x > m {
-                        m = x;
-                    }
-                }
+                log[j * k..(j + 1) * k].copy_from_slice(&self.ring[j * 2 * k..j * 2 * k + k]);
+                lin[j * k..(j + 1) * k].copy_from_slice(&self.lin[j * 2 * k..j * 2 * k + k]);
             }
-            let shift = if m == NEG { 0.0 } else { m };
-            for j in 0..c {
-                for s in 0..k {
-                    dst[j * k + s] = self.ring[j * 2 * k + s] - shift;
-                }
-            }
-            cp.shift[2 * n] = shift;
+            cp.rho[n * c..(n + 1) * c].copy_from_slice(&self.rho);
         }
         cp.pref[n * c..(n + 1) * c].copy_from_slice(&self.pref);
         cp.z[n * c..(n + 1) * c].copy_from_slice(&self.z);
-        cp.at[n] = p;
     }
 
     pub(crate) fn restore(&mut self, cp: &Checkpoints, n: usize) {
         let (k, c, per) = (self.k, self.c, cp.per);
         let src = &cp.ring[n * per..(n + 1) * per];
         if self.dd {
-            let (s0, s1) = (cp.shift[2 * n], cp.shift[2 * n + 1]);
-            for (d, &x) in self.ring.iter_mut().zip(&src[..k * c]) {
-                *d = x + s0;
-            }
-            for (d, &x) in self.qring.iter_mut().zip(&src[k * c..]) {
-                *d = x + s1;
-            }
+            self.ring.copy_from_slice(&src[..k * c]);
+            self.qring.copy_from_slice(&src[k * c..]);
         } else {
-            let shift = cp.shift[2 * n];
+            let (log, lin) = src.split_at(k * c);
             for j in 0..c {
-                for s in 0..k {
-                    let x = src[j * k + s] + shift;
-                    self.ring[j * 2 * k + s] = x;
-                    self.ring[j * 2 * k + s + k] = x;
-                }
+                let (a, b) = (j * 2 * k, j * k);
+                self.ring[a..a + k].copy_from_slice(&log[b..b + k]);
+                self.ring[a + k..a + 2 * k].copy_from_slice(&log[b..b + k]);
+                self.lin[a..a + k].copy_from_slice(&lin[b..b + k]);
+                self.lin[a + k..a + 2 * k].copy_from_slice(&lin[b..b + k]);
             }
+            self.rho.copy_from_slice(&cp.rho[n * c..(n + 1) * c]);
         }
         self.pref.copy_from_slice(&cp.pref[n * c..(n + 1) * c]);
         self.z.copy_from_slice(&cp.z[n * c..(n + 1) * c]);
-        if !self.dd {
-            let p = cp.at[n];
-            for j in 0..c {
-                let lo = p.saturating_sub(k).max(self.z[j]);
-                if p >= 1 && lo < p {
-                    self.rebuild(j, lo, p - 1);
-                } else {
-                    self.rho[j] = NEG;
-                }
-            }
-        }
     }
 
     /// Processes position `p` (`0..=L`): computes `α_p` (for `p >= 1`) and, for `p < L`,
@@ -670,6 +643,35 @@ impl Fwd {
                 self.pref[j] += x;
             }
         }
+        if anchors_after(p, self.k) {
+            self.reanchor();
+        }
+    }
+
+    /// Moves each label's origin to the current position: `P[·, j]` becomes 0 and the
+    /// `P`-part of the label's ring entries (and its linear reference, so the linear entries
+    /// stay valid) is shifted by the same amount. Every ring entry then holds `P` relative to
+    /// an origin at most `K` positions old, so no value carries the size of `P` over the
+    /// whole sequence.
+    fn reanchor(&mut self) {
+        let (k, c) = (self.k, self.c);
+        for j in 0..c {
+            let d = self.pref[j];
+            if d == 0.0 {
+                continue;
+            }
+            self.pref[j] = 0.0;
+            if self.dd {
+                for slot in 0..k {
+                    self.qring[slot * c + j] += d;
+                }
+            } else {
+                for x in &mut self.ring[j * 2 * k..(j + 1) * 2 * k] {
+                    *x += d;
+                }
+                self.rho[j] += d;
+            }
+        }
     }
 
     fn step_dd<const MAX: bool, F: Scalar>(&mut self, p: usize, seq: &SeqIn<'_, F>, par: &Params) {
@@ -811,7 +813,7 @@ pub(crate) fn backward<F: Scalar>(
     let last0 = (n_int - 1) * delta;
     for p in 0..=len {
         if p % delta == 0 {
-            f.save(&mut cps, p / delta, p);
+            f.save(&mut cps, p / delta);
         }
         if p >= last0 {
             let r = (p - last0) * c;
@@ -963,7 +965,9 @@ struct Here<'b> {
 
 /// The backward state: a ring of `w_e(j) = β_e(j) + P[e, j] + end_boundary[e-1, j]` (static:
 /// doubled, `wring[j*2K + e mod K]`; duration-dependent: `wring[(e mod K)*C + j]`), the next
-/// `-inf` score per label, and the per-position marginals of the last step.
+/// `-inf` score per label, and the per-position marginals of the last step. `P` is relative
+/// to the origin the forward pass used at the position being processed (the ring is moved
+/// back to the earlier origin where the forward pass re-anchored).
 struct Bwd {
     k: usize,
     c: usize,
@@ -1106,13 +1110,37 @@ impl Bwd {
         self.row2 = bp;
     }
 
-    /// Updates the next `-inf` score per label with `scores[s]`.
+    /// Updates the next `-inf` score per label with `scores[s]` and, where the forward pass
+    /// re-anchored its prefix sums after `s`, moves the ring to the origin of `s`: the
+    /// forward pass subtracted `D = P̃[s] + scores[s]` (the very same sum, so the same
+    /// number) from the prefix sums of the positions after `s`, and `w = β + P̃ + eb` of those
+    /// positions is `D` below its value relative to the origin of `s`.
     #[inline]
-    fn see_scores<F: Scalar>(&mut self, s: usize, seq: &SeqIn<'_, F>) {
+    fn see_scores<F: Scalar>(&mut self, s: usize, pref: &[f64], seq: &SeqIn<'_, F>, dd: bool) {
+        let (k, c) = (self.k, self.c);
         seq.scores_row(s, &mut self.row);
-        for j in 0..self.c {
-            if self.row[j] == NEG {
+        let anchor = anchors_after(s, k);
+        for j in 0..c {
+            let x = self.row[j];
+            if x == NEG {
                 self.next_neg[j] = s;
+            }
+            if !anchor {
+                continue;
+            }
+            let d = if x == NEG { pref[j] } else { pref[j] + x };
+            if d == 0.0 {
+                continue;
+            }
+            if dd {
+                for slot in 0..k {
+                    self.wring[slot * c + j] += d;
+                }
+            } else {
+                for w in &mut self.wring[j * 2 * k..(j + 1) * 2 * k] {
+                    *w += d;
+                }
+                self.sigma[j] += d;
             }
         }
     }
@@ -1131,7 +1159,7 @@ impl Bwd {
     ) {
         let (k, c, len, s) = (self.k, self.c, self.len, at.s);
         self.s = s;
-        self.see_scores(s, seq);
+        self.see_scores(s, at.pref, seq, par.dd);
         seq.bb_row(s, &mut self.row);
         let slot = (s + 1) % k;
         // Phase 1: linear sums per label (rebuilding a label's ring when its sum is too small)
@@ -1360,7 +1388,7 @@ impl Bwd {
     ) {
         let (k, c, len, s) = (self.k, self.c, self.len, at.s);
         self.s = s;
-        self.see_scores(s, seq);
+        self.see_scores(s, at.pref, seq, par.dd);
         seq.bb_row(s, &mut self.row);
         // y[(d-1)*C + j] = w_{s+d}(j) + dur[d-1, j] + bb[s, j] - P[s, j] (seg ⊗ β_{s+d}).
         for j in 0..c {
