@@ -17,10 +17,11 @@
 //! ⊕_d (v_{t-d}(j) ⊗ duration[d-1, j])`: a log-sum-exp of two contiguous slices (the ring is
 //! stored twice over, so the window of the last `K` starts never wraps).
 //!
-//! The prefix sums are re-anchored after every `K` positions: each label's `P` restarts from
-//! 0 and its ring entries (and the reference `ρ_j` of their linear twins) take the
-//! difference on board, so that `P` in every stored value is relative to an origin at most
-//! `K` positions old. Differences `P[t] - P[s]` of the global prefix sums would carry an
+//! The prefix sums are re-anchored after every `K` positions (each label whose `|P|` exceeds
+//! 1024; below that its rounding is negligible): the label's `P` restarts from 0 and its
+//! ring entries (and the reference `ρ_j` of their linear twins) take the
+//! difference on board, so that `|P|` in every stored value stays below `1024 + 2K · max
+//! |score|`. Differences `P[t] - P[s]` of the global prefix sums would carry an
 //! absolute error of about `ulp(T · max |score|)` (large scores compensated by durations
 //! make `log Z` small while `P` grows with `T`); relative to a recent origin the error is
 //! about `ulp(K · max |score|)`, next to `ulp(|α|)` from the recurrence itself. The backward

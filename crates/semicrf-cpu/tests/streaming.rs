@@ -1168,3 +1168,67 @@ fn batched_results_equal_one_sequence_at_a_time_bitwise() {
         }
     }
 }
+
+/// Long windows (`T` up to 200, `K` from 30 to `T`, `C <= 3`): durations, transitions and
+/// boundaries huge or `-inf` at a few entries only, `-inf` scores scattered.
+#[test]
+fn long_windows_with_a_few_extreme_entries_match_the_oracle() {
+    use rand::{Rng, SeedableRng};
+    let mut failures = Vec::new();
+    for seed in 0..150u64 {
+        let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let t = r.random_range(30..=200);
+        let k = r.random_range(30..=t);
+        let c = r.random_range(1..=3);
+        let mut p = blank(t, k, c, true);
+        let sc = [1.0, 10.0, 100.0][r.random_range(0..3)];
+        for x in p.scores.iter_mut() {
+            *x = r.random_range(-sc..sc);
+            if r.random_bool(0.01) {
+                *x = f64::NEG_INFINITY;
+            }
+        }
+        for x in p.transition.as_mut().unwrap().iter_mut() {
+            *x = r.random_range(-sc..sc);
+            if r.random_bool(0.1) {
+                *x = [f64::NEG_INFINITY, 1e4, -1e4, 800.0][r.random_range(0..4)];
+            }
+        }
+        let pd = [0.02, 0.1, 0.3][r.random_range(0..3)];
+        for x in p.duration.as_mut().unwrap().iter_mut() {
+            *x = r.random_range(-sc..sc);
+            if r.random_bool(pd) {
+                let v = [f64::NEG_INFINITY, 1e4, -1e4, 750.0, -750.0, -2000.0, 650.0];
+                *x = v[r.random_range(0..7)];
+            }
+        }
+        for a in [
+            p.begin_boundary.as_mut().unwrap(),
+            p.end_boundary.as_mut().unwrap(),
+        ] {
+            let pb = [0.0, 0.02, 0.1][r.random_range(0..3)];
+            for x in a.iter_mut() {
+                *x = r.random_range(-sc..sc);
+                if r.random_bool(pb) {
+                    let v = [f64::NEG_INFINITY, 1e4, -1e4, 700.0, -700.0, 1200.0];
+                    *x = v[r.random_range(0..6)];
+                }
+            }
+        }
+        for x in p.start.as_mut().unwrap().iter_mut() {
+            *x = r.random_range(-sc..sc);
+        }
+        for x in p.end.as_mut().unwrap().iter_mut() {
+            *x = r.random_range(-sc..sc);
+        }
+        let delta = [None, Some(1), Some(7), Some(k)][r.random_range(0..4)];
+        // The same allowance as for the wide-range problems, for the same reason.
+        let tol = 1e-10f64.max(4.0 * (t as f64 + 4.0).sqrt() * magnitude(&p) * f64::EPSILON);
+        if let Err(e) = check_against_oracle(&p, delta, tol) {
+            failures.push(format!(
+                "seed {seed} T={t} K={k} C={c} delta {delta:?}: {e}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -21,6 +21,10 @@ const TAU_RING_PER_TERM: f64 = 1e-30;
 /// Linear ring entries stay below `exp(REBASE)` relative to their label's reference, so a
 /// sum of `K` of them times weights `<= 1` cannot overflow.
 const REBASE: f64 = 600.0;
+/// A label's prefix sum is re-anchored (every `K` positions) only when its magnitude exceeds
+/// this: below it the prefix sum adds absolute errors of at most `ulp(1024) ≈ 2.3e-13`, and
+/// skipping the shift keeps the common case (moderate scores) free of its cost.
+const ANCHOR_MIN: f64 = 1024.0;
 /// Largest argument passed to `exp` for a marginal scale factor; beyond it the exact log
 /// path is used.
 const MAX_ARG: f64 = 700.0;
@@ -269,6 +273,8 @@ pub(crate) struct Fwd {
     ex: Vec<f64>,
     sums: Vec<f64>,
     exact: Vec<bool>,
+    /// The next position after which the prefix sums are re-anchored.
+    next_anchor: usize,
 }
 
 /// Saved forward states, one per interval, exactly as the forward pass left them before the
@@ -304,10 +310,10 @@ pub(crate) fn checkpoint_f64s(k: usize, c: usize, dd: bool) -> usize {
     2 * k * c + if dd { 2 * c } else { 3 * c }
 }
 
-/// Whether the prefix sums are re-anchored after position `p` (after every `K` positions).
-#[inline]
-pub(crate) fn anchors_after(p: usize, k: usize) -> bool {
-    (p + 1).is_multiple_of(k)
+/// The first position `>= p` after which the prefix sums are re-anchored (the positions `q`
+/// with `(q + 1) mod K = 0`).
+fn anchor_from(p: usize, k: usize) -> usize {
+    p + (k - 1 - p % k)
 }
 
 impl Fwd {
@@ -340,6 +346,7 @@ impl Fwd {
             ex: vec![0.0; c],
             sums: vec![0.0; c],
             exact: vec![false; c],
+            next_anchor: k - 1,
         }
     }
 
@@ -389,7 +396,8 @@ impl Fwd {
         cp.z[n * c..(n + 1) * c].copy_from_slice(&self.z);
     }
 
-    pub(crate) fn restore(&mut self, cp: &Checkpoints, n: usize) {
+    /// Restores checkpoint `n`, saved before position `p`.
+    pub(crate) fn restore(&mut self, cp: &Checkpoints, n: usize, p: usize) {
         let (k, c, per) = (self.k, self.c, cp.per);
         let src = &cp.ring[n * per..(n + 1) * per];
         if self.dd {
@@ -408,6 +416,7 @@ impl Fwd {
         }
         self.pref.copy_from_slice(&cp.pref[n * c..(n + 1) * c]);
         self.z.copy_from_slice(&cp.z[n * c..(n + 1) * c]);
+        self.next_anchor = anchor_from(p, k);
     }
 
     /// Processes position `p` (`0..=L`): computes `α_p` (for `p >= 1`) and, for `p < L`,
@@ -643,21 +652,23 @@ impl Fwd {
                 self.pref[j] += x;
             }
         }
-        if anchors_after(p, self.k) {
+        if p == self.next_anchor {
             self.reanchor();
+            self.next_anchor += self.k;
         }
     }
 
-    /// Moves each label's origin to the current position: `P[·, j]` becomes 0 and the
-    /// `P`-part of the label's ring entries (and its linear reference, so the linear entries
-    /// stay valid) is shifted by the same amount. Every ring entry then holds `P` relative to
-    /// an origin at most `K` positions old, so no value carries the size of `P` over the
-    /// whole sequence.
+    /// Moves the origin of each label whose prefix sum exceeds [`ANCHOR_MIN`] in magnitude to
+    /// the current position: `P[·, j]` becomes 0 and the `P`-part of the label's ring entries
+    /// (and its linear reference, so the linear entries stay valid) is shifted by the same
+    /// amount. Called after every `K` positions, so `|P|` in every ring entry stays below
+    /// `ANCHOR_MIN + 2K · max |score|` and no value carries the size of `P` over the whole
+    /// sequence.
     fn reanchor(&mut self) {
         let (k, c) = (self.k, self.c);
         for j in 0..c {
             let d = self.pref[j];
-            if d == 0.0 {
+            if d.abs() <= ANCHOR_MIN {
                 continue;
             }
             self.pref[j] = 0.0;
@@ -945,7 +956,7 @@ fn recompute<F: Scalar>(
     let c = par.c;
     let p0 = n * delta;
     let p1 = ((n + 1) * delta).min(seq.len + 1);
-    f.restore(cps, n);
+    f.restore(cps, n, p0);
     for p in p0..p1 {
         let r = (p - p0) * c;
         bufs.pb[r..r + c].copy_from_slice(&f.pref);
@@ -998,6 +1009,9 @@ struct Bwd {
     fx: Vec<f64>,
     exact: Vec<bool>,
     dmax: Vec<usize>,
+    /// The next position (going down) after which the forward pass re-anchored its prefix
+    /// sums; `usize::MAX` when there is none.
+    anchor_at: usize,
 }
 
 impl Bwd {
@@ -1031,6 +1045,7 @@ impl Bwd {
             fx: vec![0.0; c],
             exact: vec![false; c],
             dmax: vec![0; c],
+            anchor_at: (len - len % k).wrapping_sub(1),
         }
     }
 
@@ -1119,17 +1134,19 @@ impl Bwd {
     fn see_scores<F: Scalar>(&mut self, s: usize, pref: &[f64], seq: &SeqIn<'_, F>, dd: bool) {
         let (k, c) = (self.k, self.c);
         seq.scores_row(s, &mut self.row);
-        let anchor = anchors_after(s, k);
         for j in 0..c {
-            let x = self.row[j];
-            if x == NEG {
+            if self.row[j] == NEG {
                 self.next_neg[j] = s;
             }
-            if !anchor {
-                continue;
-            }
+        }
+        if s != self.anchor_at {
+            return;
+        }
+        self.anchor_at = s.wrapping_sub(k);
+        for j in 0..c {
+            let x = self.row[j];
             let d = if x == NEG { pref[j] } else { pref[j] + x };
-            if d == 0.0 {
+            if d.abs() <= ANCHOR_MIN {
                 continue;
             }
             if dd {
