@@ -5,6 +5,7 @@
 #![deny(missing_docs)]
 
 mod exact;
+mod kernels;
 mod par;
 mod scan;
 mod streaming;

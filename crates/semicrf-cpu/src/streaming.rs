@@ -112,7 +112,6 @@
 //! The gradient of the scores adds and subtracts identical segment marginals, so its error
 //! is that of a running sum of numbers below 1, not of `exp` of large log-values.
 
-mod kernels;
 mod seq;
 
 use ndarray::{Array1, Array2, Array3, ArrayD, IxDyn};

@@ -4,7 +4,7 @@
 use ndarray::{ArrayView2, Axis};
 use semicrf_core::{Decoded, Potentials, Scalar, Segment, Transition};
 
-use super::kernels::{
+use crate::kernels::{
     argmax_add, dot, exp_fast, exp_in_place, exp_shift_sum, ln_in_place, lse_add, max_of,
 };
 
@@ -451,7 +451,7 @@ impl Fwd {
                     let dr = &par.dur_rev[j * k + k - dmax..j * k + k];
                     let buf = &mut self.buf[..dmax];
                     let x = if MAX {
-                        super::kernels::add_max(w, dr, buf)
+                        crate::kernels::add_max(w, dr, buf)
                     } else {
                         lse_add(w, dr, buf).0
                     };
@@ -466,7 +466,7 @@ impl Fwd {
                 let tr = &par.tr_t[j * c..(j + 1) * c];
                 let buf = &mut self.buf[..c];
                 self.u[j] = if MAX {
-                    super::kernels::add_max(&self.alpha, tr, buf)
+                    crate::kernels::add_max(&self.alpha, tr, buf)
                 } else {
                     lse_add(&self.alpha, tr, buf).0
                 };
@@ -701,7 +701,7 @@ impl Fwd {
                         let tr = &par.tr_t[(d - 1) * c * c + j * c..(d - 1) * c * c + (j + 1) * c];
                         let buf = &mut self.buf[..c];
                         if MAX {
-                            super::kernels::add_max(a, tr, buf)
+                            crate::kernels::add_max(a, tr, buf)
                         } else {
                             lse_add(a, tr, buf).0
                         }
@@ -736,7 +736,7 @@ impl Fwd {
         let c = self.c;
         let buf = &mut self.buf[..c];
         if MAX {
-            super::kernels::add_max(&self.alpha, &par.end, buf)
+            crate::kernels::add_max(&self.alpha, &par.end, buf)
         } else {
             lse_add(&self.alpha, &par.end, buf).0
         }

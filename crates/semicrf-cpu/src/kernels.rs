@@ -1,4 +1,4 @@
-//! Small numeric kernels the streaming recurrences are built from, written so that the
+//! Small numeric kernels the scan and streaming recurrences are built from, written so that the
 //! compiler's auto-vectoriser handles them on the baseline target (no intrinsics, no
 //! `unsafe`): element-wise maps over slices and reductions with four independent
 //! accumulators in a fixed order (results do not depend on the thread that runs them).
