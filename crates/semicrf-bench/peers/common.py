@@ -103,3 +103,20 @@ def position_marginals_from_cum_grad(grad_cum):
     """d/d scores[t] of a function of cum[u] = sum_{s<u} scores[s]: sum over u > t."""
     g = grad_cum[:, 1:, :]
     return torch.flip(torch.cumsum(torch.flip(g, [1]), 1), [1])
+
+
+def guarded(main):
+    """Runs main(), recording an exception (out of memory, say) in the result file."""
+    import sys
+
+    out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
+    try:
+        return main()
+    except Exception as e:  # noqa: BLE001
+        if out:
+            doc = json.load(open(out)) if os.path.exists(out) else {}
+            phase = "backward" if "forward_ms" in doc else "forward"
+            doc["status"] = f"error during {phase}: {type(e).__name__}: {str(e)[:300]}"
+            json.dump(doc, open(out, "w"), indent=1)
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1

@@ -99,23 +99,5 @@ def main():
     )
 
 
-def guarded():
-    """main(), recording an exception (out of memory, say) in the result file."""
-    out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
-    try:
-        return main()
-    except Exception as e:  # noqa: BLE001
-        if out:
-            import json
-            import os
-
-            doc = json.load(open(out)) if os.path.exists(out) else {}
-            phase = "backward" if "forward_ms" in doc else "forward"
-            doc["status"] = f"error during {phase}: {type(e).__name__}: {str(e)[:300]}"
-            json.dump(doc, open(out, "w"), indent=1)
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-
-
 if __name__ == "__main__":
-    sys.exit(guarded())
+    sys.exit(common.guarded(main))
