@@ -262,43 +262,18 @@ fn eval(args: &EvalArgs) -> Result<String, Failure> {
         ));
         let g = &out.grad;
         let mut grad = Vec::new();
-        let present: [(&str, bool, Option<ndarray::ArrayViewD<'_, f64>>); 7] = [
-            (
-                "scores",
-                true,
-                g.scores.as_ref().map(|a| a.view().into_dyn()),
-            ),
-            (
-                "transition",
-                owned.transition.is_some(),
-                g.transition.as_ref().map(|a| a.view()),
-            ),
-            (
-                "duration",
-                owned.duration.is_some(),
-                g.duration.as_ref().map(|a| a.view().into_dyn()),
-            ),
-            (
-                "start",
-                owned.start.is_some(),
-                g.start.as_ref().map(|a| a.view().into_dyn()),
-            ),
-            (
-                "end",
-                owned.end.is_some(),
-                g.end.as_ref().map(|a| a.view().into_dyn()),
-            ),
-            (
-                "begin_boundary",
-                owned.begin_boundary.is_some(),
-                g.begin_boundary.as_ref().map(|a| a.view().into_dyn()),
-            ),
-            (
-                "end_boundary",
-                owned.end_boundary.is_some(),
-                g.end_boundary.as_ref().map(|a| a.view().into_dyn()),
-            ),
-        ];
+        // Only the inputs present in the problem get a gradient in the output.
+        let given = |name: &str| match name {
+            "scores" => true,
+            "transition" => owned.transition.is_some(),
+            "duration" => owned.duration.is_some(),
+            "start" => owned.start.is_some(),
+            "end" => owned.end.is_some(),
+            "begin_boundary" => owned.begin_boundary.is_some(),
+            "end_boundary" => owned.end_boundary.is_some(),
+            _ => false,
+        };
+        let present = g.fields().map(|(name, value)| (name, given(name), value));
         for (name, given, value) in present {
             if !given {
                 continue;

@@ -6,7 +6,7 @@
 //! of the query). [`select`] walks a list of engines in preference order and returns the first
 //! that supports the query within the budget, with the reason.
 
-use ndarray::{Array1, Array2, Array3, Array5, ArrayD};
+use ndarray::{Array, Array1, Array2, Array3, Array5, ArrayD, ArrayViewD, Dimension};
 
 use crate::{Error, Problem, Result, Scalar, Shape};
 
@@ -183,6 +183,26 @@ pub struct Gradients {
     pub end_boundary: Option<Array3<f64>>,
     /// `(B, T, K, C, C)`: `g_b` × the edge marginals.
     pub edges: Option<Array5<f64>>,
+}
+
+impl Gradients {
+    /// Every field by its input's name (`scores`, `transition`, `duration`, `start`, `end`,
+    /// `begin_boundary`, `end_boundary`, `edges`), as dynamic-rank views, in that order.
+    pub fn fields(&self) -> [(&'static str, Option<ArrayViewD<'_, f64>>); 8] {
+        fn v<D: Dimension>(a: &Option<Array<f64, D>>) -> Option<ArrayViewD<'_, f64>> {
+            a.as_ref().map(|a| a.view().into_dyn())
+        }
+        [
+            ("scores", v(&self.scores)),
+            ("transition", v(&self.transition)),
+            ("duration", v(&self.duration)),
+            ("start", v(&self.start)),
+            ("end", v(&self.end)),
+            ("begin_boundary", v(&self.begin_boundary)),
+            ("end_boundary", v(&self.end_boundary)),
+            ("edges", v(&self.edges)),
+        ]
+    }
 }
 
 /// The result of a forward and backward pass.

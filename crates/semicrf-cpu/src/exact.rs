@@ -970,7 +970,7 @@ mod tests {
             }
         }
         fn gradients(&self, what: &str, a: &Gradients, b: &Gradients, tol: f64) {
-            for ((name, x), (_, y)) in fields(a).into_iter().zip(fields(b)) {
+            for ((name, x), (_, y)) in a.fields().into_iter().zip(b.fields()) {
                 match (x, y) {
                     (Some(x), Some(y)) => self.arrays(&format!("{what} grad.{name}"), x, y, tol),
                     (None, None) => {}
@@ -1008,25 +1008,6 @@ mod tests {
                 self.err.get()
             );
         }
-    }
-
-    fn fields(g: &Gradients) -> Vec<(&'static str, Option<ArrayViewD<'_, f64>>)> {
-        vec![
-            ("scores", g.scores.as_ref().map(|x| x.view().into_dyn())),
-            ("transition", g.transition.as_ref().map(|x| x.view())),
-            ("duration", g.duration.as_ref().map(|x| x.view().into_dyn())),
-            ("start", g.start.as_ref().map(|x| x.view().into_dyn())),
-            ("end", g.end.as_ref().map(|x| x.view().into_dyn())),
-            (
-                "begin_boundary",
-                g.begin_boundary.as_ref().map(|x| x.view().into_dyn()),
-            ),
-            (
-                "end_boundary",
-                g.end_boundary.as_ref().map(|x| x.view().into_dyn()),
-            ),
-            ("edges", g.edges.as_ref().map(|x| x.view().into_dyn())),
-        ]
     }
 
     /// The SPEC §7 cases and `SEEDS` random specs, each with its own seed.
@@ -1229,7 +1210,7 @@ mod tests {
     fn bits(b: &Backward) -> Vec<u64> {
         let mut out: Vec<u64> = b.log_z.iter().map(|x| x.to_bits()).collect();
         out.extend(b.boundary_marginals.iter().map(|x| x.to_bits()));
-        for (_, x) in fields(&b.grad) {
+        for (_, x) in b.grad.fields() {
             out.extend(
                 x.into_iter()
                     .flat_map(|x| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>()),

@@ -1077,48 +1077,15 @@ mod tests {
     }
 
     fn compare_gradients(name: &str, got: &Gradients, want: &Gradients) {
-        let pairs = [
-            (
-                "scores",
-                got.scores.as_ref().map(flat),
-                want.scores.as_ref().map(flat),
-            ),
-            (
-                "transition",
-                got.transition.as_ref().map(flat),
-                want.transition.as_ref().map(flat),
-            ),
-            (
-                "duration",
-                got.duration.as_ref().map(flat),
-                want.duration.as_ref().map(flat),
-            ),
-            (
-                "start",
-                got.start.as_ref().map(flat),
-                want.start.as_ref().map(flat),
-            ),
-            (
-                "end",
-                got.end.as_ref().map(flat),
-                want.end.as_ref().map(flat),
-            ),
-            (
-                "begin_boundary",
-                got.begin_boundary.as_ref().map(flat),
-                want.begin_boundary.as_ref().map(flat),
-            ),
-            (
-                "end_boundary",
-                got.end_boundary.as_ref().map(flat),
-                want.end_boundary.as_ref().map(flat),
-            ),
-            (
-                "edges",
-                got.edges.as_ref().map(flat),
-                want.edges.as_ref().map(flat),
-            ),
-        ];
+        let pairs = got
+            .fields()
+            .into_iter()
+            .zip(want.fields())
+            .map(|((field, g), (_, w))| {
+                let flat =
+                    |a: ndarray::ArrayViewD<'_, f64>| a.iter().copied().collect::<Vec<f64>>();
+                (field, g.map(flat), w.map(flat))
+            });
         for (field, g, w) in pairs {
             match (g, w) {
                 (Some(g), Some(w)) => assert_all_close(&format!("{name} {field}"), &g, &w, TOL64),
