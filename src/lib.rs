@@ -114,11 +114,12 @@ use ndarray::{Array2, Array3, Array5};
 pub use ndarray;
 pub use semicrf_core::reference;
 pub use semicrf_core::{
-    Algorithm, Backward, Decoded, Device, EdgePotentials, Engine, Error, Form, Gradients, Op,
-    OwnedPotentials, Potentials, PotentialsBuilder, Problem, Query, Result, Scalar, Segment,
-    Selection, SemiringKind, Shape, Transition, gold_score, gold_score_edges, human_bytes,
-    labels_from_segments, materialize, position_marginals_from_edges, segments_from_labels,
-    validate_segmentation,
+    Algorithm, Backward, ByteCount, Decoded, Device, EdgePotentials, Engine, EngineInfo,
+    EntropySemiring, EntropyValue, Error, Form, Gradients, LogSemiring, MaxSemiring, Op,
+    OwnedPotentials, Parallelism, Potentials, PotentialsBuilder, Problem, Query, Result, Scalar,
+    Segment, Selection, Semiring, SemiringInfo, Shape, Transition, entropies, gold_score,
+    gold_score_edges, human_bytes, labels_from_segments, materialize, model,
+    position_marginals_from_edges, segments_from_labels, validate_segmentation,
 };
 
 /// The default memory budget: 2 GiB of working memory per call.
@@ -191,19 +192,6 @@ impl FromStr for Backend {
     }
 }
 
-/// Whether CPU engines use a thread pool or the calling thread.
-///
-/// Results are bitwise identical either way. Ignored by CUDA engines.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Parallelism {
-    /// Run on the calling thread.
-    Sequential,
-    /// Use rayon's global thread pool.
-    #[default]
-    Rayon,
-}
-
 /// How a [`SemiCrf`] runs requests: backend, device, memory budget and threading.
 ///
 /// ```
@@ -253,7 +241,7 @@ impl Config {
         self
     }
     /// Sets the memory budget in bytes: the most working memory one call may need, as
-    /// estimated by [`Engine::memory_required`] before anything is allocated (default
+    /// estimated by [`EngineInfo::memory_required`] before anything is allocated (default
     /// [`DEFAULT_MEMORY_BUDGET`]). A forced backend is checked against it too.
     pub fn memory_budget(mut self, bytes: u64) -> Self {
         self.memory_budget = bytes;
@@ -343,14 +331,14 @@ impl SemiCrf {
     }
 
     /// The engines `select` chooses from, in preference order.
-    fn candidates<F: Scalar>(&self, form: Form) -> Result<Vec<Box<dyn Engine<F>>>> {
+    fn candidates(&self, form: Form) -> Result<Vec<AnyEngine>> {
         let algorithms: Vec<Algorithm> = match self.config.backend.algorithm() {
             Some(a) => vec![a],
             None => Algorithm::default_preference(form).to_vec(),
         };
         algorithms
             .into_iter()
-            .map(|a| engine_for(self.config.device, a, self.config.parallelism))
+            .map(|a| AnyEngine::new(self.config.device, a, self.config.parallelism))
             .collect()
     }
 
@@ -359,9 +347,10 @@ impl SemiCrf {
     /// With [`Backend::Auto`] the candidates are the algorithms of
     /// [`Algorithm::default_preference`] for the problem's form, tried in order; a forced
     /// backend is the only candidate. Either way a candidate must support the request and
-    /// need at most the memory budget. Errors: [`Error::MemoryBudget`] when some candidate
-    /// supports the request but none fits, otherwise the first candidate's own error
-    /// ([`Error::Unsupported`], [`Error::BackendUnavailable`]).
+    /// need at most the memory budget, planned for the threads it will run on. Errors:
+    /// [`Error::MemoryBudget`] when some candidate supports the request but none fits,
+    /// otherwise the first candidate's own error ([`Error::Unsupported`],
+    /// [`Error::BackendUnavailable`]).
     ///
     /// ```
     /// use semicrf::ndarray::Array3;
@@ -385,22 +374,73 @@ impl SemiCrf {
         &self,
         problem: &Problem<'_, F>,
         op: Op,
-    ) -> Result<(Selection, Box<dyn Engine<F>>)> {
-        let query = Query::of(problem, op);
-        let mut engines = self.candidates::<F>(query.form)?;
-        let refs: Vec<&dyn Engine<F>> = engines.iter().map(|e| e.as_ref()).collect();
+    ) -> Result<(Selection, AnyEngine)> {
+        let threads = match self.config.device {
+            Device::Cpu => cpu_threads(self.config.parallelism),
+            Device::Cuda(_) => 1,
+        };
+        let query = Query::of(problem, op).with_threads(threads);
+        let mut engines = self.candidates(query.form)?;
+        let refs: Vec<&dyn EngineInfo> = engines.iter().map(|e| e as &dyn EngineInfo).collect();
         let selection = semicrf_core::select(&refs, &query, self.config.memory_budget)?;
         let engine = engines.swap_remove(selection.index);
         Ok((selection, engine))
     }
 
-    /// `log Z_b` of every sequence, `(B)`; `-inf` where no segmentation has a finite score.
-    pub fn log_partition<F: Scalar>(&self, problem: &Problem<'_, F>) -> Result<Vec<f64>> {
-        let (_, engine) = self.choose(problem, Op::Forward(SemiringKind::Log))?;
-        engine.forward(problem, SemiringKind::Log)
+    /// The `⊕`-sum over all segmentations of every sequence in semiring `S`, `(B)`: the one
+    /// generic entry point behind [`SemiCrf::log_partition`] ([`LogSemiring`]) and
+    /// [`SemiCrf::entropy`] ([`EntropySemiring`]); the [`MaxSemiring`] gives the Viterbi
+    /// scores. A semiring of your own runs here too. A sequence with no finite segmentation
+    /// gets `S::zero()`.
+    ///
+    /// ```
+    /// use semicrf::ndarray::Array3;
+    /// use semicrf::{MaxSemiring, Potentials, Problem, SemiCrf};
+    ///
+    /// let scores = Array3::<f64>::from_shape_vec((1, 2, 2), vec![1.0, 0.0, 0.0, 3.0])?;
+    /// let lengths = [2];
+    /// let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 2).build()?.into();
+    /// assert_eq!(SemiCrf::new().forward::<MaxSemiring, _>(&problem)?, [4.0]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn forward<S: Semiring, F: Scalar>(
+        &self,
+        problem: &Problem<'_, F>,
+    ) -> Result<Vec<S::Value>> {
+        let (_, engine) = self.choose(problem, Op::forward::<S>())?;
+        engine.forward::<S>(problem)
     }
 
-    /// The best segmentation of every sequence and its score (SPEC §5; ties prefer the
+    /// `log Z_b` of every sequence, `(B)`; `-inf` where no segmentation has a finite score.
+    pub fn log_partition<F: Scalar>(&self, problem: &Problem<'_, F>) -> Result<Vec<f64>> {
+        self.forward::<LogSemiring, F>(problem)
+    }
+
+    /// The Shannon entropy (in nats) of the posterior distribution over segmentations of
+    /// every sequence, `H_b = -Σ_y p(y) log p(y)`, `(B)`: 0 when one segmentation takes all
+    /// the mass, `log N` when `N` segmentations are equally likely.
+    ///
+    /// One forward pass in the [`EntropySemiring`], on whichever engine is chosen. Fails
+    /// with [`Error::Infeasible`] naming the first sequence whose log Z is `-inf` (no
+    /// segmentation has a finite score, so there is no posterior), as its gradients would.
+    ///
+    /// ```
+    /// use semicrf::ndarray::Array3;
+    /// use semicrf::{Potentials, Problem, SemiCrf};
+    ///
+    /// // 3 positions, 2 labels, durations up to 3, all scores equal: 18 segmentations.
+    /// let scores = Array3::<f64>::zeros((1, 3, 2));
+    /// let lengths = [3];
+    /// let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 3).build()?.into();
+    /// let h = SemiCrf::new().entropy(&problem)?;
+    /// assert!((h[0] - 18f64.ln()).abs() < 1e-12);
+    /// # Ok::<(), semicrf::Error>(())
+    /// ```
+    pub fn entropy<F: Scalar>(&self, problem: &Problem<'_, F>) -> Result<Vec<f64>> {
+        entropies(&self.forward::<EntropySemiring, F>(problem)?)
+    }
+
+    /// The best segmentation of every sequence and its score ([`model`] §7; ties prefer the
     /// smaller duration, then the smaller previous label). A sequence without any finite
     /// segmentation gets score `-inf` and no segments.
     pub fn viterbi<F: Scalar>(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
@@ -549,51 +589,133 @@ impl SemiCrf {
     }
 }
 
-/// The engine of `algorithm` on `device`.
-fn engine_for<F: Scalar>(
-    device: Device,
-    algorithm: Algorithm,
-    parallelism: Parallelism,
-) -> Result<Box<dyn Engine<F>>> {
-    match device {
-        Device::Cpu => cpu_engine(algorithm, parallelism),
-        Device::Cuda(ordinal) => cuda_engine(algorithm, ordinal),
+/// Any engine this build of semicrf can run: the one enum boundary between run-time choice
+/// (a device and an algorithm) and the engines' monomorphised code.
+///
+/// [`SemiCrf`] picks one for every call; use it directly to loop over engines, e.g. in a
+/// harness that compares them.
+///
+/// ```
+/// use semicrf::ndarray::Array3;
+/// use semicrf::{Algorithm, AnyEngine, Device, Engine, EngineInfo, LogSemiring, Parallelism};
+/// use semicrf::{Potentials, Problem};
+///
+/// let scores = Array3::<f64>::zeros((1, 4, 2));
+/// let lengths = [4];
+/// let p: Problem<f64> = Potentials::builder(scores.view(), &lengths, 2).build()?.into();
+/// for algorithm in [Algorithm::Exact, Algorithm::Scan, Algorithm::Streaming] {
+///     let e = AnyEngine::new(Device::Cpu, algorithm, Parallelism::Sequential)?;
+///     let z = e.forward::<LogSemiring>(&p)?;
+///     println!("{}: {z:?}", e.name());
+/// }
+/// # Ok::<(), semicrf::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum AnyEngine {
+    /// The CPU exact engine.
+    #[cfg(feature = "cpu")]
+    #[cfg(feature = "cpu")]
+    Exact(semicrf_cpu::ExactEngine),
+    /// The CPU scan engine.
+    #[cfg(feature = "cpu")]
+    Scan(semicrf_cpu::ScanEngine),
+    /// The CPU streaming engine.
+    #[cfg(feature = "cpu")]
+    Streaming(semicrf_cpu::StreamingEngine),
+    /// A CUDA engine.
+    #[cfg(feature = "cuda")]
+    Cuda(semicrf_cuda::CudaEngine),
+}
+
+/// Evaluates `$body` with `$e` bound to the engine inside an [`AnyEngine`].
+macro_rules! dispatch {
+    ($chosen:expr, |$e:ident| $body:expr) => {
+        match $chosen {
+            #[cfg(feature = "cpu")]
+            AnyEngine::Exact($e) => $body,
+            #[cfg(feature = "cpu")]
+            AnyEngine::Scan($e) => $body,
+            #[cfg(feature = "cpu")]
+            AnyEngine::Streaming($e) => $body,
+            #[cfg(feature = "cuda")]
+            AnyEngine::Cuda($e) => $body,
+            #[cfg(not(any(feature = "cpu", feature = "cuda")))]
+            _ => unreachable!("no engine is compiled in, so none is ever chosen"),
+        }
+    };
+}
+
+impl AnyEngine {
+    /// The engine of `algorithm` on `device`, or [`Error::BackendUnavailable`] when that
+    /// device is not compiled in.
+    pub fn new(
+        device: Device,
+        algorithm: Algorithm,
+        parallelism: Parallelism,
+    ) -> Result<AnyEngine> {
+        match device {
+            Device::Cpu => cpu_engine(algorithm, parallelism),
+            Device::Cuda(ordinal) => cuda_engine(algorithm, ordinal),
+        }
+    }
+}
+
+impl<F: Scalar> Engine<F> for AnyEngine {
+    fn forward<S: Semiring>(&self, problem: &Problem<'_, F>) -> Result<Vec<S::Value>> {
+        dispatch!(self, |e| Engine::<F>::forward::<S>(e, problem))
+    }
+    fn backward(&self, problem: &Problem<'_, F>, upstream: &[f64]) -> Result<Backward> {
+        dispatch!(self, |e| Engine::<F>::backward(e, problem, upstream))
+    }
+    fn viterbi(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
+        dispatch!(self, |e| Engine::<F>::viterbi(e, problem))
+    }
+}
+
+impl EngineInfo for AnyEngine {
+    fn algorithm(&self) -> Algorithm {
+        dispatch!(self, |e| e.algorithm())
+    }
+    fn device(&self) -> Device {
+        dispatch!(self, |e| e.device())
+    }
+    fn name(&self) -> String {
+        dispatch!(self, |e| e.name())
+    }
+    fn check(&self, query: &Query) -> Result<()> {
+        dispatch!(self, |e| e.check(query))
+    }
+    fn memory_required(&self, query: &Query) -> Result<u64> {
+        dispatch!(self, |e| e.memory_required(query))
     }
 }
 
 #[cfg(feature = "cpu")]
-fn cpu_engine<F: Scalar>(
-    algorithm: Algorithm,
-    parallelism: Parallelism,
-) -> Result<Box<dyn Engine<F>>> {
-    let par = match parallelism {
-        Parallelism::Sequential => semicrf_cpu::Parallelism::Sequential,
-        Parallelism::Rayon => semicrf_cpu::Parallelism::Rayon,
-    };
+fn cpu_threads(parallelism: Parallelism) -> usize {
+    semicrf_cpu::threads(parallelism)
+}
+
+#[cfg(not(feature = "cpu"))]
+fn cpu_threads(_parallelism: Parallelism) -> usize {
+    1
+}
+
+#[cfg(feature = "cpu")]
+fn cpu_engine(algorithm: Algorithm, parallelism: Parallelism) -> Result<AnyEngine> {
     Ok(match algorithm {
         Algorithm::Exact => {
-            let mut e = semicrf_cpu::ExactEngine::new();
-            e.parallelism = par;
-            Box::new(e)
+            AnyEngine::Exact(semicrf_cpu::ExactEngine::new().parallelism(parallelism))
         }
-        Algorithm::Scan => {
-            let mut e = semicrf_cpu::ScanEngine::new();
-            e.parallelism = par;
-            Box::new(e)
-        }
+        Algorithm::Scan => AnyEngine::Scan(semicrf_cpu::ScanEngine::new().parallelism(parallelism)),
         Algorithm::Streaming => {
-            let mut e = semicrf_cpu::StreamingEngine::new();
-            e.parallelism = par;
-            Box::new(e)
+            AnyEngine::Streaming(semicrf_cpu::StreamingEngine::new().parallelism(parallelism))
         }
     })
 }
 
 #[cfg(not(feature = "cpu"))]
-fn cpu_engine<F: Scalar>(
-    algorithm: Algorithm,
-    _parallelism: Parallelism,
-) -> Result<Box<dyn Engine<F>>> {
+fn cpu_engine(algorithm: Algorithm, _parallelism: Parallelism) -> Result<AnyEngine> {
     Err(Error::BackendUnavailable {
         backend: format!("cpu/{algorithm}"),
         reason: "semicrf was built without the `cpu` feature".into(),
@@ -601,12 +723,14 @@ fn cpu_engine<F: Scalar>(
 }
 
 #[cfg(feature = "cuda")]
-fn cuda_engine<F: Scalar>(algorithm: Algorithm, ordinal: usize) -> Result<Box<dyn Engine<F>>> {
-    Ok(Box::new(semicrf_cuda::CudaEngine::new(algorithm, ordinal)))
+fn cuda_engine(algorithm: Algorithm, ordinal: usize) -> Result<AnyEngine> {
+    Ok(AnyEngine::Cuda(semicrf_cuda::CudaEngine::new(
+        algorithm, ordinal,
+    )))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda_engine<F: Scalar>(algorithm: Algorithm, _ordinal: usize) -> Result<Box<dyn Engine<F>>> {
+fn cuda_engine(algorithm: Algorithm, _ordinal: usize) -> Result<AnyEngine> {
     Err(Error::BackendUnavailable {
         backend: format!("cuda/{algorithm}"),
         reason: "semicrf was built without the `cuda` feature".into(),

@@ -8,8 +8,8 @@ use std::process::{Command, Output, Stdio};
 
 use semicrf::ndarray::ArrayD;
 use semicrf::reference::{self, Reference};
-use semicrf::{Engine, OwnedPotentials, Problem, SemiringKind};
-use semicrf_core::testing::{GenSpec, random_problem, spec7_cases};
+use semicrf::{Engine, LogSemiring, OwnedPotentials, Problem};
+use semicrf_core::testing::{GenSpec, named_cases, random_problem};
 use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_semicrf");
@@ -151,6 +151,7 @@ fn check_against_reference(name: &str, p: &OwnedPotentials<f64>) {
         "log_z",
         "viterbi",
         "segments",
+        "entropy",
         "boundary_marginals",
         "grad",
         "backend",
@@ -163,13 +164,21 @@ fn check_against_reference(name: &str, p: &OwnedPotentials<f64>) {
     let problem: Problem<f64> = view.clone().into();
     assert_eq!(shape(&out["log_z"]), [b]);
     assert_eq!(shape(&out["viterbi"]), [b]);
+    assert_eq!(shape(&out["entropy"]), [b]);
     assert_eq!(shape(&out["boundary_marginals"]), [b, t]);
     assert_eq!(out["segments"].as_array().unwrap().len(), b);
 
     let log_z = flat(&out["log_z"]);
     let viterbi = flat(&out["viterbi"]);
+    let entropy = flat(&out["entropy"]);
     for seq in 0..b {
         let bf = reference::brute_force(&view, seq).unwrap();
+        assert!(
+            close(entropy[seq], bf.entropy),
+            "{name}: entropy {} vs {}",
+            entropy[seq],
+            bf.entropy
+        );
         assert!(
             close(log_z[seq], bf.log_z),
             "{name}: {} vs {}",
@@ -255,13 +264,12 @@ fn check_against_reference(name: &str, p: &OwnedPotentials<f64>) {
 #[test]
 fn eval_matches_the_reference_on_every_spec_case() {
     let mut compared = 0;
-    for (i, (name, spec)) in spec7_cases().into_iter().enumerate() {
+    for (i, (name, spec)) in named_cases().into_iter().enumerate() {
         let p = random_problem(900 + i as u64, &spec);
-        let feasible =
-            Engine::<f64>::forward(&Reference, &p.view().unwrap().into(), SemiringKind::Log)
-                .unwrap()
-                .iter()
-                .all(|z| z.is_finite());
+        let feasible = Engine::<f64>::forward::<LogSemiring>(&Reference, &p.view().unwrap().into())
+            .unwrap()
+            .iter()
+            .all(|z| z.is_finite());
         if !feasible {
             continue;
         }
@@ -306,6 +314,7 @@ fn no_grad_leaves_out_gradients_and_boundary_marginals() {
     let obj = out.as_object().unwrap();
     assert!(!obj.contains_key("grad") && !obj.contains_key("boundary_marginals"));
     assert!(obj.contains_key("log_z") && obj.contains_key("segments"));
+    assert_eq!(shape(&out["entropy"]), [1]);
 }
 
 #[test]
@@ -320,6 +329,8 @@ fn an_infeasible_sequence_prints_neg_inf_with_no_grad_and_fails_with_grad() {
     assert_eq!(out["viterbi"][1], json!("-inf"));
     assert_eq!(out["segments"][1], json!([]));
     assert_eq!(out["log_z"][0], json!(0.5));
+    // One segmentation: no uncertainty; none at all: no posterior, no entropy.
+    assert_eq!(out["entropy"], json!([0.0, null]));
     assert_fails(&eval_text(text, &[]), &["sequence 1", "--no-grad"]);
 }
 

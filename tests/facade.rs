@@ -4,8 +4,9 @@
 use semicrf::ndarray::{Array2, Array3, Axis};
 use semicrf::reference::{self, Reference};
 use semicrf::{
-    Algorithm, Backend, Config, Device, EdgePotentials, Engine, Error, Op, OwnedPotentials,
-    Parallelism, Potentials, Problem, Segment, SemiCrf, SemiringKind, materialize,
+    Algorithm, Backend, Config, Device, EdgePotentials, Engine, EntropySemiring, Error,
+    LogSemiring, MaxSemiring, Op, OwnedPotentials, Parallelism, Potentials, Problem, Segment,
+    SemiCrf, materialize,
 };
 use semicrf_core::testing::{GenSpec, random_problem, random_segmentation, random_spec};
 
@@ -58,8 +59,9 @@ fn a_forced_backend_is_the_only_candidate() {
     ] {
         let crf = SemiCrf::with_config(Config::new().backend(backend));
         for op in [
-            Op::Forward(SemiringKind::Log),
-            Op::Forward(SemiringKind::Max),
+            Op::forward::<LogSemiring>(),
+            Op::forward::<MaxSemiring>(),
+            Op::forward::<EntropySemiring>(),
             Op::Viterbi,
             Op::Backward,
         ] {
@@ -74,13 +76,16 @@ fn a_forced_backend_is_the_only_candidate() {
 fn every_forced_backend_agrees_with_the_reference_on_log_z_and_viterbi() {
     let owned = random_problem(5, &random_spec(5));
     let problem: Problem<f64> = owned.view().unwrap().into();
-    let want = Engine::<f64>::forward(&Reference, &problem, SemiringKind::Log).unwrap();
-    let want_max = Engine::<f64>::forward(&Reference, &problem, SemiringKind::Max).unwrap();
+    let want = Engine::<f64>::forward::<LogSemiring>(&Reference, &problem).unwrap();
+    let want_max = Engine::<f64>::forward::<MaxSemiring>(&Reference, &problem).unwrap();
+    let want_h = Engine::<f64>::forward::<EntropySemiring>(&Reference, &problem).unwrap();
     for backend in [Backend::Exact, Backend::Scan, Backend::Streaming] {
         let crf = SemiCrf::with_config(Config::new().backend(backend));
         let got = crf.log_partition(&problem).unwrap();
         let best = crf.viterbi(&problem).unwrap();
+        let h = crf.forward::<EntropySemiring, f64>(&problem).unwrap();
         for b in 0..want.len() {
+            assert!(close(h[b].entropy, want_h[b].entropy), "{backend}: entropy");
             assert!(
                 close(got[b], want[b]),
                 "{backend}: {} vs {}",
@@ -504,4 +509,51 @@ fn sequential_and_threaded_runs_give_identical_results() {
         seq.viterbi(&problem).unwrap(),
         par.viterbi(&problem).unwrap()
     );
+}
+
+#[test]
+fn entropy_is_that_of_the_posterior_and_an_infeasible_sequence_is_a_typed_error() {
+    // Two labels, durations 1..=2, no potentials: every one of the segmentations of 3
+    // positions is equally likely.
+    let scores = Array3::<f64>::zeros((1, 3, 2));
+    let lengths = [3];
+    let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 2)
+        .build()
+        .unwrap()
+        .into();
+    let n = reference::count_segmentations(3, 2, 2) as f64;
+    for backend in [
+        Backend::Auto,
+        Backend::Exact,
+        Backend::Scan,
+        Backend::Streaming,
+    ] {
+        let crf = SemiCrf::with_config(Config::new().backend(backend));
+        let h = crf.entropy(&problem).unwrap();
+        assert!(
+            (h[0] - n.ln()).abs() < 1e-12,
+            "{backend}: {} vs ln {n}",
+            h[0]
+        );
+    }
+    // K = 1 and every transition forbidden: only a sequence of length 1 has a path.
+    let scores = Array3::<f64>::zeros((3, 3, 2));
+    let transition = Array2::from_elem((2, 2), f64::NEG_INFINITY);
+    let lengths = [1, 3, 1];
+    let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 1)
+        .transition(transition.view())
+        .build()
+        .unwrap()
+        .into();
+    for backend in [Backend::Exact, Backend::Scan, Backend::Streaming] {
+        let crf = SemiCrf::with_config(Config::new().backend(backend));
+        assert_eq!(
+            crf.entropy(&problem),
+            Err(Error::Infeasible { sequence: 1 })
+        );
+        assert_eq!(
+            crf.gradients(&problem).unwrap_err(),
+            Error::Infeasible { sequence: 1 }
+        );
+    }
 }

@@ -1,5 +1,5 @@
-//! Snapshots of small fixed problems (f64): log Z, Viterbi, segments, marginals and gradients,
-//! each value written with 10 significant digits. Every number is also checked against the
+//! Snapshots of small fixed problems (f64): log Z, Viterbi, segments, entropy, marginals and
+//! gradients, each value written with 10 significant digits. Every number is also checked against the
 //! f64 reference oracle before it is compared with the committed snapshot.
 #![cfg(feature = "cpu")]
 
@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use semicrf::ndarray::{ArrayD, ArrayViewD, array};
 use semicrf::reference::{self, Reference};
-use semicrf::{Engine, OwnedPotentials, Problem, SemiCrf, SemiringKind};
+use semicrf::{Engine, MaxSemiring, OwnedPotentials, Problem, SemiCrf};
 
 const NEG_INF: f64 = f64::NEG_INFINITY;
 
@@ -71,12 +71,14 @@ fn report(owned: &OwnedPotentials<f64>) -> String {
     let back = crf.backward(&problem, None).unwrap();
     let m = crf.marginals(&problem).unwrap();
 
-    let oracle_max = Engine::<f64>::forward(&Reference, &problem, SemiringKind::Max).unwrap();
+    let entropy = crf.entropy(&problem).unwrap();
+    let oracle_max = Engine::<f64>::forward::<MaxSemiring>(&Reference, &problem).unwrap();
     let oracle = Engine::<f64>::backward(&Reference, &problem, &vec![1.0; log_z.len()]).unwrap();
     for b in 0..log_z.len() {
         let bf = reference::brute_force(&p, b).unwrap();
         assert_close("log Z", log_z[b], bf.log_z);
         assert_close("log Z (backward)", back.log_z[b], bf.log_z);
+        assert_close("entropy", entropy[b], bf.entropy);
         assert_close("Viterbi score", best[b].score, oracle_max[b]);
         let gold = semicrf::gold_score(&p, b, &best[b].segments).unwrap();
         assert_close("gold score of the Viterbi segments", gold, best[b].score);
@@ -157,6 +159,7 @@ fn report(owned: &OwnedPotentials<f64>) -> String {
             .collect();
         writeln!(out, "segments[{b}]: {}", segs.join(" ")).unwrap();
     }
+    writeln!(out, "entropy: {}", row(entropy.iter().copied())).unwrap();
     tensor(&mut out, "position_marginals", m.position.view().into_dyn());
     tensor(&mut out, "boundary_marginals", bm.view());
     // grad.scores equals the position marginals (checked above), so it is not repeated.

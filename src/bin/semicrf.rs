@@ -1,7 +1,7 @@
 //! `semicrf`: the command-line tool of the semicrf library.
 //!
-//! `semicrf eval --input problem.json` reads a problem in the JSON interchange format of the
-//! specification (§8), runs log Z, Viterbi and (unless `--no-grad`) the backward pass, and
+//! `semicrf eval --input problem.json` reads a problem in the JSON interchange format
+//! (`semicrf::model` §10), runs log Z, Viterbi and (unless `--no-grad`) the backward pass, and
 //! prints one JSON object on stdout. Any error is one line `error: <message>` on stderr, with
 //! exit code 2 and nothing on stdout.
 
@@ -13,7 +13,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use semicrf::{Backend, Config, Device, Error, Op, Problem, Selection, SemiCrf, SemiringKind};
+use semicrf::{
+    Backend, Config, Device, EntropySemiring, Error, LogSemiring, Op, Problem, Selection, SemiCrf,
+};
 
 use interchange::Json;
 
@@ -37,11 +39,13 @@ enum Command {
     /// as the string "-inf".
     ///
     /// The output object has `log_z` (B), `viterbi` (B, the best scores), `segments` (per
-    /// sequence, a list of [start, duration, label]), `boundary_marginals` (B x T, P(a
-    /// segment starts at t), 0 beyond the length), `grad` (the gradients of the sum of log Z
-    /// over the batch with respect to every input present, same keys and shapes; `scores`
-    /// holds the position marginals), `backend` and `reason` (the engine chosen and why).
-    /// With --no-grad, `boundary_marginals` and `grad` are left out.
+    /// sequence, a list of [start, duration, label]), `entropy` (B, the Shannon entropy in
+    /// nats of the posterior over segmentations; null for a sequence with log Z = -inf,
+    /// which has no posterior), `boundary_marginals` (B x T, P(a segment starts at t), 0
+    /// beyond the length), `grad` (the gradients of the sum of log Z over the batch with
+    /// respect to every input present, same keys and shapes; `scores` holds the position
+    /// marginals), `backend` and `reason` (the engine chosen and why). With --no-grad,
+    /// `boundary_marginals` and `grad` are left out.
     ///
     /// Errors (malformed JSON, a missing key, a wrong shape, NaN or +inf, a length out of
     /// range, an unavailable backend or device) print one line `error: ...` on stderr and
@@ -205,8 +209,9 @@ fn eval(args: &EvalArgs) -> Result<String, Failure> {
     let crf = SemiCrf::with_config(config);
 
     let mut ops = vec![
-        ("log_z", Op::Forward(SemiringKind::Log)),
+        ("log_z", Op::forward::<LogSemiring>()),
         ("viterbi", Op::Viterbi),
+        ("entropy", Op::forward::<EntropySemiring>()),
     ];
     if !args.no_grad {
         ops.push(("grad", Op::Backward));
@@ -219,6 +224,18 @@ fn eval(args: &EvalArgs) -> Result<String, Failure> {
 
     let log_z = crf.log_partition(&problem)?;
     let decoded = crf.viterbi(&problem)?;
+    // A sequence with log Z = -inf has no posterior, hence no entropy: null.
+    let entropy: Vec<Json> = crf
+        .forward::<EntropySemiring, f64>(&problem)?
+        .iter()
+        .map(|v| {
+            if v.log_weight == f64::NEG_INFINITY {
+                Json::Null
+            } else {
+                Json::Num(v.entropy)
+            }
+        })
+        .collect();
     let mut fields = vec![
         ("log_z".to_string(), Json::floats(&log_z)),
         (
@@ -247,6 +264,7 @@ fn eval(args: &EvalArgs) -> Result<String, Failure> {
                     .collect(),
             ),
         ),
+        ("entropy".to_string(), Json::Arr(entropy)),
     ];
 
     if !args.no_grad {

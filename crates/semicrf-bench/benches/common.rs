@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
+use semicrf::{AnyEngine, EngineInfo, LogSemiring, Parallelism};
 use semicrf_bench::alloc::{measure, warm_up_threads};
 use semicrf_bench::{
-    CANONICAL, EDGE_LIMIT_BYTES, OutputBytes, SEED, bench_id, edges_fit, human_bytes, ones,
-    problem, shape_label,
+    CANONICAL, EDGE_LIMIT_BYTES, SEED, bench_id, edges_fit, human_bytes, problem, shape_label,
 };
-use semicrf_core::{Engine, Form, Op, Problem, Query, SemiringKind, Shape, edge_tensor_bytes};
+use semicrf_core::{Form, Op, Problem, Query, Shape, edge_tensor_bytes};
 
 /// A pass that is timed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,7 +29,7 @@ impl Pass {
     }
     fn op(self) -> Op {
         match self {
-            Pass::Forward => Op::Forward(SemiringKind::Log),
+            Pass::Forward => Op::forward::<LogSemiring>(),
             Pass::Backward => Op::Backward,
         }
     }
@@ -47,7 +47,7 @@ pub struct Plan<'a> {
     /// `streaming`, `scan`, `exact`.
     pub algo: &'static str,
     /// The engine.
-    pub engine: &'a dyn Engine<f32>,
+    pub engine: &'a AnyEngine,
     /// The algorithm materialises edges: skip shapes where the whole `B·T·K·C²` edge tensor
     /// and the engine's `memory_required` both exceed [`EDGE_LIMIT_BYTES`] (an engine that
     /// materialises one sequence at a time may fit where the whole tensor does not).
@@ -110,17 +110,8 @@ fn full() -> bool {
     std::env::var("SEMICRF_BENCH_FULL").is_ok_and(|v| v == "1")
 }
 
-fn run(engine: &dyn Engine<f32>, p: &Problem<'_, f32>, pass: Pass) -> Result<u64, String> {
-    match pass {
-        Pass::Forward => engine
-            .forward(p, SemiringKind::Log)
-            .map(|r| r.output_bytes())
-            .map_err(|e| e.to_string()),
-        Pass::Backward => engine
-            .backward(p, &ones(p.shape().batch))
-            .map(|r| r.output_bytes())
-            .map_err(|e| e.to_string()),
-    }
+fn run(engine: &AnyEngine, p: &Problem<'_, f32>, pass: Pass) -> Result<u64, String> {
+    semicrf_bench::run(engine, p, pass.op()).map_err(|e| e.to_string())
 }
 
 /// Benchmarks `plan` at every canonical shape S1–S8 that fits, forward then forward+backward.
@@ -134,6 +125,7 @@ pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
             if !selected(&id) {
                 continue;
             }
+            let threads = semicrf_cpu::threads(Parallelism::Rayon);
             let planned = Query {
                 shape: s,
                 form: Form::Structured {
@@ -141,8 +133,9 @@ pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
                 },
                 op: pass.op(),
                 dtype_bytes: 4,
+                threads,
             };
-            let required = plan.engine.memory_required(&planned);
+            let required = plan.engine.memory_required(&planned).unwrap_or(u64::MAX);
             if plan.materialises_edges && !edges_fit(s) && required > EDGE_LIMIT_BYTES {
                 eprintln!(
                     "note: {id} ({}) skipped: its edge tensor needs {} and the engine {} \
@@ -166,7 +159,7 @@ pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
             let owned = problem(s, SEED);
             let view = owned.view().expect("generated problems are valid");
             let p = Problem::Structured(view);
-            let query = Query::of(&p, pass.op());
+            let query = Query::of(&p, pass.op()).with_threads(threads);
             if let Err(e) = plan.engine.check(&query) {
                 eprintln!("note: {id} ({}) skipped: {e}", can.id);
                 continue;
@@ -186,7 +179,7 @@ pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
                 can.id,
                 human_bytes(m.peak.saturating_sub(out)),
                 human_bytes(out),
-                human_bytes(plan.engine.memory_required(&query))
+                human_bytes(required)
             );
             group.throughput(Throughput::Elements((s.batch * s.len) as u64));
             if work > 2e8 {

@@ -2,12 +2,13 @@
 //! exceeds 4 GiB are skipped with a note.
 
 use criterion::Criterion;
+use semicrf::AnyEngine;
 use semicrf_cpu::ExactEngine;
 
 use crate::common::{Plan, bench};
 
 fn exact_benches(c: &mut Criterion) {
-    let engine = ExactEngine::new();
+    let engine = AnyEngine::Exact(ExactEngine::new());
     bench(
         c,
         &Plan {

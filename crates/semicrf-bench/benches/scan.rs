@@ -2,12 +2,13 @@
 //! exceeds 4 GiB are skipped with a note.
 
 use criterion::Criterion;
+use semicrf::AnyEngine;
 use semicrf_cpu::ScanEngine;
 
 use crate::common::{Plan, bench};
 
 fn scan_benches(c: &mut Criterion) {
-    let engine = ScanEngine::new();
+    let engine = AnyEngine::Scan(ScanEngine::new());
     bench(
         c,
         &Plan {

@@ -1,12 +1,13 @@
 //! `cpu/streaming/*`: the factorized streaming recurrence, `B·T·(C² + K·C)` terms per pass.
 
 use criterion::Criterion;
+use semicrf::AnyEngine;
 use semicrf_cpu::StreamingEngine;
 
 use crate::common::{Plan, bench};
 
 fn streaming_benches(c: &mut Criterion) {
-    let engine = StreamingEngine::new();
+    let engine = AnyEngine::Streaming(StreamingEngine::new());
     bench(
         c,
         &Plan {

@@ -1,11 +1,11 @@
 """Shared helpers of the peer harness: loading a problem written by `export_problem`,
 timing, agreement errors and result files.
 
-A problem file is the interchange JSON of SPEC section 8 (`scores` (B, T, C), `transition`
+A problem file is the interchange JSON of the model page, section 10 (crates/semicrf-core/src/model.md) (`scores` (B, T, C), `transition`
 (C, C), `duration` (K, C), `start` (C), `lengths`, `max_duration`); values are f32 inputs
 widened exactly to f64. Peers run in f64 on those values.
 
-Convention (see SPEC 1.2): both peers start a sequence from a *virtual start*: the first
+Convention (see the model page, section 3): both peers start a sequence from a *virtual start*: the first
 segment pays `transition[i, c]` summed (log-sum-exp) over every source label `i`. Our problems
 carry `start[c] = logsumexp_i transition[i, c]` (rounded to f32), which is the same model up
 to that rounding (a relative difference of ~1e-7 in log Z at most).

@@ -7,7 +7,7 @@
 //!
 //! # What is here
 //!
-//! - [`CANONICAL`]: the shapes S1–S9 of `PERF.md`, with [`shape_label`] and [`bench_id`]
+//! - [`CANONICAL`]: the shapes S1–S9 of the bench README, with [`shape_label`] and [`bench_id`]
 //!   (`cpu/streaming/log/B16_T256_K15_C8`).
 //! - [`problem`]: seeded random structured potentials (f32, |score| ≤ [`SCALE`]) with a start
 //!   vector that makes the model identical to the peers' virtual-start convention.
@@ -22,7 +22,7 @@
 //!   `memory_required` and the documented formula, as a table and JSON.
 //! - `exp_bound`: this machine's `exp` throughput and the fraction of it the streaming forward
 //!   achieves at S4.
-//! - `export_problem`: writes a problem as SPEC §8 JSON with our timings and results, for the
+//! - `export_problem`: writes a problem as interchange JSON (`semicrf_core::model` §10) with our timings and results, for the
 //!   peer harness.
 //!
 //! ```
@@ -40,10 +40,13 @@ pub mod alloc;
 use std::time::Instant;
 
 use ndarray::{ArrayD, IxDyn};
+use semicrf::{
+    EntropySemiring, EntropyValue, LogSemiring, MaxSemiring, Problem, Result, Scalar, Semiring,
+};
 use semicrf_core::testing::{GenSpec, random_problem};
-use semicrf_core::{Backward, Decoded, Op, OwnedPotentials, Segment, Shape};
+use semicrf_core::{Backward, Decoded, Engine, Error, Op, OwnedPotentials, Segment, Shape};
 
-/// A canonical benchmark shape of `PERF.md`.
+/// A canonical benchmark shape (the bench README lists them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Canonical {
     /// `S1` … `S9`.
@@ -61,7 +64,7 @@ const fn sh(batch: usize, len: usize, max_duration: usize, labels: usize) -> Sha
     }
 }
 
-/// The canonical shapes S1–S9 of `PERF.md`, in order.
+/// The canonical shapes S1–S9, in order.
 pub const CANONICAL: [Canonical; 9] = [
     Canonical {
         id: "S1",
@@ -214,13 +217,44 @@ impl OutputBytes for Vec<Decoded> {
     }
 }
 
-impl<T: OutputBytes, E> OutputBytes for Result<T, E> {
+impl OutputBytes for Vec<EntropyValue> {
+    fn output_bytes(&self) -> u64 {
+        (self.capacity() * std::mem::size_of::<EntropyValue>()) as u64
+    }
+}
+
+impl<T: OutputBytes, E> OutputBytes for core::result::Result<T, E> {
     fn output_bytes(&self) -> u64 {
         self.as_ref().map_or(0, OutputBytes::output_bytes)
     }
 }
 
-/// The streaming engine's working memory by the formula of `PERF.md`, in bytes of `f64`:
+/// Runs `op` on `p` with any engine and returns the heap bytes of its outputs (what a memory
+/// measurement subtracts from its peak). A forward pass runs in the semiring its
+/// [`Op::Forward`] names (`log`, `max` or `entropy`).
+pub fn run<F: Scalar, E: Engine<F>>(e: &E, p: &Problem<'_, F>, op: Op) -> Result<u64> {
+    Ok(match op {
+        Op::Forward(info) if info == LogSemiring::info() => {
+            e.forward::<LogSemiring>(p)?.output_bytes()
+        }
+        Op::Forward(info) if info == MaxSemiring::info() => {
+            e.forward::<MaxSemiring>(p)?.output_bytes()
+        }
+        Op::Forward(info) if info == EntropySemiring::info() => {
+            e.forward::<EntropySemiring>(p)?.output_bytes()
+        }
+        Op::Forward(info) => {
+            return Err(Error::Unsupported {
+                backend: e.name(),
+                what: format!("the {} semiring in this harness", info.name),
+            });
+        }
+        Op::Backward => e.backward(p, &ones(p.shape().batch))?.output_bytes(),
+        Op::Viterbi => e.viterbi(p)?.output_bytes(),
+    })
+}
+
+/// The streaming engine's working memory by the yardstick formula of the bench README, in bytes of `f64`:
 /// `8·B·(K·C + C)` for a forward pass (a ring of the last `K` values of `u` and one `α`), and
 /// `8·B·(K·C + sqrt(T·K)·C)` with the backward (checkpoints every `≈ sqrt(T·K)` positions plus
 /// one recomputed interval). Constants are 1: it is the yardstick measured bytes are compared

@@ -8,13 +8,15 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use semicrf::{AnyEngine, Device};
 use semicrf_bench::alloc::{CountingAlloc, installed, measure, warm_up_threads};
-use semicrf_bench::{OutputBytes, ones, problem};
+use semicrf_bench::{problem, run};
+use semicrf_core::testing::{GenSpec, TransitionKind, random_problem};
 use semicrf_core::{
-    Algorithm, EdgePotentials, Engine, Error, Op, Problem, Query, SemiringKind, Shape, materialize,
-    select,
+    Algorithm, EdgePotentials, Engine, EngineInfo, EntropySemiring, Error, LogSemiring,
+    MaxSemiring, Op, Problem, Query, Scalar, Semiring, Shape, materialize, select,
 };
-use semicrf_cpu::{ExactEngine, Parallelism, ScanEngine, StreamingEngine};
+use semicrf_cpu::{Parallelism, StreamingEngine, threads};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -53,38 +55,24 @@ const SHAPES: [Shape; 3] = [
     },
 ];
 
-const OPS: [Op; 4] = [
-    Op::Forward(SemiringKind::Log),
-    Op::Forward(SemiringKind::Max),
-    Op::Backward,
-    Op::Viterbi,
-];
-
-/// Runs `op` and returns the bytes of its outputs.
-fn run<F: semicrf_core::Scalar>(
-    e: &dyn Engine<F>,
-    p: &Problem<'_, F>,
-    op: Op,
-) -> Result<u64, Error> {
-    Ok(match op {
-        Op::Forward(s) => e.forward(p, s)?.output_bytes(),
-        Op::Backward => e.backward(p, &ones(p.shape().batch))?.output_bytes(),
-        Op::Viterbi => e.viterbi(p)?.output_bytes(),
-    })
+fn ops() -> [Op; 5] {
+    [
+        Op::forward::<LogSemiring>(),
+        Op::forward::<MaxSemiring>(),
+        Op::forward::<EntropySemiring>(),
+        Op::Backward,
+        Op::Viterbi,
+    ]
 }
 
-/// Measures one call and checks the peak against the estimate; returns (peak beyond outputs,
-/// estimate).
-fn check_bound<F: semicrf_core::Scalar>(
-    e: &dyn Engine<F>,
-    p: &Problem<'_, F>,
-    op: Op,
-) -> (u64, u64) {
-    let q = Query::of(p, op);
+/// Measures one call and checks the peak against the estimate (planned for the threads the
+/// engine runs on); returns (peak beyond outputs, estimate).
+fn check_bound<F: Scalar, E: Engine<F>>(e: &E, p: &Problem<'_, F>, op: Op) -> (u64, u64) {
+    let q = Query::of(p, op).with_threads(threads(Parallelism::Rayon));
     if let Err(err) = e.check(&q) {
         panic!("{} refuses {op:?} at {}: {err}", e.name(), q.shape);
     }
-    let required = e.memory_required(&q);
+    let required = e.memory_required(&q).unwrap();
     let (res, m) = measure(|| run(e, p, op));
     let out = res.unwrap_or_else(|err| panic!("{} failed {op:?} at {}: {err}", e.name(), q.shape));
     assert!(
@@ -103,29 +91,32 @@ fn check_bound<F: semicrf_core::Scalar>(
     (working, required)
 }
 
-fn engines(par: Parallelism) -> (StreamingEngine, ScanEngine, ExactEngine) {
-    let mut s = StreamingEngine::new();
-    s.parallelism = par;
-    let mut c = ScanEngine::new();
-    c.parallelism = par;
-    let mut x = ExactEngine::new();
-    x.parallelism = par;
-    (s, c, x)
+fn engines(par: Parallelism) -> [AnyEngine; 3] {
+    [Algorithm::Streaming, Algorithm::Scan, Algorithm::Exact]
+        .map(|a| AnyEngine::new(Device::Cpu, a, par).expect("the cpu feature is on"))
 }
 
 fn bound_holds_for(algorithm: Algorithm, par: Parallelism) {
     let _g = lock();
-    let (s, c, x) = engines(par);
-    let e: &dyn Engine<f32> = match algorithm {
-        Algorithm::Streaming => &s,
-        Algorithm::Scan => &c,
-        Algorithm::Exact => &x,
-    };
+    let e = AnyEngine::new(Device::Cpu, algorithm, par).unwrap();
     for shape in SHAPES {
         let owned = problem(shape, 11);
         let p = Problem::Structured(owned.view().unwrap());
-        for op in OPS {
-            check_bound(e, &p, op);
+        for op in ops() {
+            check_bound(&e, &p, op);
+        }
+    }
+    // Duration-dependent transitions, boundaries and start scores, single sequences with
+    // larger K·C, and a batch.
+    for (b, t, k, c) in [(1, 150, 20, 9), (3, 500, 12, 4), (1, 300, 40, 12)] {
+        let mut g = GenSpec::new(b, t, k, c);
+        g.boundaries = true;
+        g.start = true;
+        g.transition = TransitionKind::DurationDependent;
+        let owned = random_problem(1, &g).cast::<f32>();
+        let p = Problem::Structured(owned.view().unwrap());
+        for op in ops() {
+            check_bound(&e, &p, op);
         }
     }
 }
@@ -163,14 +154,14 @@ fn exact_allocates_no_more_than_memory_required_when_sequential() {
 #[test]
 fn exact_and_scan_on_edge_input_allocate_no_more_than_memory_required() {
     let _g = lock();
-    let (_, scan, exact) = engines(Parallelism::Rayon);
+    let [_, scan, exact] = engines(Parallelism::Rayon);
     let owned = problem(SHAPES[0], 12);
     let edges = materialize(&owned.view().unwrap()).mapv(|v| v as f32);
     let p: Problem<'_, f32> = EdgePotentials::new(edges.view(), &owned.lengths)
         .unwrap()
         .into();
-    for e in [&scan as &dyn Engine<f32>, &exact] {
-        for op in OPS {
+    for e in [&scan, &exact] {
+        for op in ops() {
             check_bound(e, &p, op);
         }
     }
@@ -184,7 +175,7 @@ fn streaming_forward_memory_does_not_grow_with_the_sequence_length() {
     for len in [500, 4000] {
         let owned = problem(Shape::new(1, len, 10, 4), 13);
         let p = Problem::Structured(owned.view().unwrap());
-        let (working, _) = check_bound(&e, &p, Op::Forward(SemiringKind::Log));
+        let (working, _) = check_bound(&e, &p, Op::forward::<LogSemiring>());
         peaks.push(working);
     }
     // Eight times the positions; a forward pass holding O(T) state would grow about 8x.
@@ -197,12 +188,13 @@ fn streaming_forward_memory_does_not_grow_with_the_sequence_length() {
 }
 
 /// Runs the engine `select` chose, checking the bound on that run too.
-fn run_selected(candidates: &[&dyn Engine<f32>], p: &Problem<'_, f32>, op: Op, budget: u64) {
-    let q = Query::of(p, op);
-    let sel = select(candidates, &q, budget).unwrap();
+fn run_selected(candidates: &[&AnyEngine], p: &Problem<'_, f32>, op: Op, budget: u64) {
+    let q = Query::of(p, op).with_threads(threads(Parallelism::Rayon));
+    let infos: Vec<&dyn EngineInfo> = candidates.iter().map(|e| *e as &dyn EngineInfo).collect();
+    let sel = select(&infos, &q, budget).unwrap();
     let e = candidates[sel.index];
     assert_eq!(sel.algorithm, e.algorithm());
-    assert_eq!(sel.required, e.memory_required(&q));
+    assert_eq!(sel.required, e.memory_required(&q).unwrap());
     assert!(sel.required <= budget);
     check_bound(e, p, op);
 }
@@ -210,13 +202,12 @@ fn run_selected(candidates: &[&dyn Engine<f32>], p: &Problem<'_, f32>, op: Op, b
 #[test]
 fn each_algorithm_alone_is_selected_at_its_estimate_and_refused_just_below_it() {
     let _g = lock();
-    let (s, c, x) = engines(Parallelism::Rayon);
     let owned = problem(SHAPES[0], 14);
     let p = Problem::Structured(owned.view().unwrap());
-    for e in [&s as &dyn Engine<f32>, &c, &x] {
-        for op in OPS {
-            let q = Query::of(&p, op);
-            let required = e.memory_required(&q);
+    for e in &engines(Parallelism::Rayon) {
+        for op in ops() {
+            let q = Query::of(&p, op).with_threads(threads(Parallelism::Rayon));
+            let required = e.memory_required(&q).unwrap();
             assert!(required > 0, "{} estimates 0 bytes for {op:?}", e.name());
             match select(&[e], &q, required - 1) {
                 Err(Error::MemoryBudget {
@@ -243,22 +234,22 @@ fn each_algorithm_alone_is_selected_at_its_estimate_and_refused_just_below_it() 
 #[test]
 fn budgets_between_the_estimates_force_each_algorithm_in_preference_order() {
     let _g = lock();
-    let (s, c, x) = engines(Parallelism::Rayon);
+    let all = engines(Parallelism::Rayon);
     let owned = problem(SHAPES[0], 15);
     let p = Problem::Structured(owned.view().unwrap());
-    for op in OPS {
-        let q = Query::of(&p, op);
+    for op in ops() {
+        let q = Query::of(&p, op).with_threads(threads(Parallelism::Rayon));
         // Each engine in turn is put first, the others after it: at exactly its own estimate
         // it is chosen; one byte below, the selector moves on to one that fits or fails.
         for first in 0..3 {
-            let all: [&dyn Engine<f32>; 3] = [&s, &c, &x];
-            let mut order: Vec<&dyn Engine<f32>> = vec![all[first]];
-            order.extend((0..3).filter(|&i| i != first).map(|i| all[i]));
-            let need = order[0].memory_required(&q);
-            let sel = select(&order, &q, need).unwrap();
+            let mut order: Vec<&AnyEngine> = vec![&all[first]];
+            order.extend((0..3).filter(|&i| i != first).map(|i| &all[i]));
+            let infos: Vec<&dyn EngineInfo> = order.iter().map(|e| *e as &dyn EngineInfo).collect();
+            let need = order[0].memory_required(&q).unwrap();
+            let sel = select(&infos, &q, need).unwrap();
             assert_eq!(sel.index, 0, "{}", sel.reason);
             run_selected(&order, &p, op, need);
-            match select(&order, &q, need - 1) {
+            match select(&infos, &q, need - 1) {
                 Ok(sel) => {
                     assert_ne!(sel.index, 0, "{}", sel.reason);
                     assert!(sel.required < need);
@@ -274,21 +265,24 @@ fn budgets_between_the_estimates_force_each_algorithm_in_preference_order() {
 /// An engine that claims half the memory its inner engine needs.
 struct Underestimating(StreamingEngine);
 
-impl Engine<f32> for Underestimating {
+impl EngineInfo for Underestimating {
     fn algorithm(&self) -> Algorithm {
-        Engine::<f32>::algorithm(&self.0)
+        self.0.algorithm()
     }
     fn device(&self) -> semicrf_core::Device {
-        Engine::<f32>::device(&self.0)
+        self.0.device()
     }
     fn check(&self, q: &Query) -> semicrf_core::Result<()> {
-        Engine::<f32>::check(&self.0, q)
+        self.0.check(q)
     }
-    fn memory_required(&self, q: &Query) -> u64 {
-        Engine::<f32>::memory_required(&self.0, q) / 2
+    fn memory_required(&self, q: &Query) -> semicrf_core::Result<u64> {
+        Ok(self.0.memory_required(q)? / 2)
     }
-    fn forward(&self, p: &Problem<'_, f32>, s: SemiringKind) -> semicrf_core::Result<Vec<f64>> {
-        self.0.forward(p, s)
+}
+
+impl Engine<f32> for Underestimating {
+    fn forward<S: Semiring>(&self, p: &Problem<'_, f32>) -> semicrf_core::Result<Vec<S::Value>> {
+        self.0.forward::<S>(p)
     }
     fn backward(
         &self,

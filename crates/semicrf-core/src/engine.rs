@@ -1,12 +1,18 @@
 //! Backend traits, outputs, memory estimates and selection by memory budget.
 //!
-//! Every algorithm on every device implements [`Engine`]. Before it allocates anything, an
-//! engine answers two questions about a [`Query`]: can it run it at all ([`Engine::check`]),
-//! and how many bytes of working memory it needs ([`Engine::memory_required`], a pure function
-//! of the query). [`select`] walks a list of engines in preference order and returns the first
-//! that supports the query within the budget, with the reason.
+//! Every algorithm on every device implements two traits:
+//!
+//! - [`EngineInfo`], which names no element type or semiring: before it allocates anything,
+//!   an engine says whether it can run a [`Query`] at all ([`EngineInfo::check`]) and how many
+//!   bytes of working memory it needs ([`EngineInfo::memory_required`], a pure function of the
+//!   query, in checked arithmetic). [`select`] walks a list of them in preference order and
+//!   returns the first that supports the query within the budget, with the reason.
+//! - [`Engine<F>`](Engine), which runs: a forward pass in any [`Semiring`] (monomorphised;
+//!   the semiring is a type parameter, never a run-time switch inside a loop), the backward
+//!   pass of the log semiring (gradients and marginals) and Viterbi decoding.
 
 use ndarray::{Array, Array1, Array2, Array3, Array5, ArrayD, ArrayViewD, Dimension};
+use semicrf_semiring::{EntropySemiring, EntropyValue, Semiring, SemiringInfo};
 
 use crate::{Error, Problem, Result, Scalar, Shape};
 
@@ -34,7 +40,9 @@ impl Algorithm {
 
     /// The default preference order for an input form (tried first to last by auto-selection):
     /// structured input prefers streaming (least work and memory), then exact, then scan; edge
-    /// input prefers exact, then scan.
+    /// input prefers exact, then scan. Exact comes before scan because it is faster (its
+    /// backward pass keeps the forward table instead of recomputing it) while scan needs less
+    /// memory, so scan runs where exact does not fit.
     pub fn default_preference(form: Form) -> &'static [Algorithm] {
         match form {
             Form::Structured { .. } => &[Algorithm::Streaming, Algorithm::Exact, Algorithm::Scan],
@@ -67,13 +75,18 @@ impl core::fmt::Display for Device {
     }
 }
 
-/// The semiring of a forward pass, chosen at run time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SemiringKind {
-    /// Log-sum-exp: the log partition function.
-    Log,
-    /// Max: the Viterbi score.
-    Max,
+/// Whether a CPU engine uses rayon's thread pool or runs on the calling thread.
+///
+/// Results are bitwise identical either way: every reduction over the batch is done in a
+/// fixed order after the parallel part. Ignored by device engines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Parallelism {
+    /// Run on the calling thread (deterministic tests, nested parallelism).
+    Sequential,
+    /// Use rayon's global thread pool (over the batch, and inside a sequence where that helps).
+    #[default]
+    Rayon,
 }
 
 /// The input form of a problem.
@@ -91,12 +104,20 @@ pub enum Form {
 /// What is asked of an engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
-    /// A forward pass in a semiring: log Z or Viterbi scores.
-    Forward(SemiringKind),
+    /// A forward pass in a semiring (log Z, Viterbi scores, entropies, …), described by
+    /// [`Semiring::info`]; build it with [`Op::forward`].
+    Forward(SemiringInfo),
     /// Forward and backward (log semiring): log Z, gradients and marginals.
     Backward,
     /// Viterbi scores with segments.
     Viterbi,
+}
+
+impl Op {
+    /// A forward pass in semiring `S`.
+    pub fn forward<S: Semiring>() -> Op {
+        Op::Forward(S::info())
+    }
 }
 
 /// A request as the selector sees it, before any allocation.
@@ -110,17 +131,29 @@ pub struct Query {
     pub op: Op,
     /// Bytes per input element (4 or 8).
     pub dtype_bytes: u64,
+    /// The number of threads the engine will run on, which bounds how many sequences hold
+    /// working memory at once. [`Query::of`] sets `usize::MAX` (as many as the batch can
+    /// use), which makes every estimate an upper bound whatever the thread pool; callers that
+    /// know the pool set it with [`Query::with_threads`] (the `semicrf` facade does).
+    pub threads: usize,
 }
 
 impl Query {
-    /// The query for running `op` on `problem`.
+    /// The query for running `op` on `problem`, planning for any number of threads.
     pub fn of<F: Scalar>(problem: &Problem<'_, F>, op: Op) -> Query {
         Query {
             shape: problem.shape(),
             form: problem.form(),
             op,
             dtype_bytes: F::BYTES,
+            threads: usize::MAX,
         }
+    }
+
+    /// The same query planned for `threads` threads (at least 1).
+    pub fn with_threads(mut self, threads: usize) -> Query {
+        self.threads = threads.max(1);
+        self
     }
 }
 
@@ -216,11 +249,14 @@ pub struct Backward {
     pub boundary_marginals: Array2<f64>,
 }
 
-/// One algorithm on one device.
+/// What an engine says about itself before it runs: the part of an engine that names no
+/// element type and no semiring, so selection can hold engines of any kind as
+/// `&dyn EngineInfo`.
 ///
-/// Implementations must not allocate in [`Engine::check`] or [`Engine::memory_required`], and
-/// must return typed errors (never panic) for anything they do not support.
-pub trait Engine<F: Scalar>: Send + Sync {
+/// Implementations must not allocate in [`EngineInfo::check`] or
+/// [`EngineInfo::memory_required`], and must return typed errors (never panic) for anything
+/// they do not support, overflowing sizes included.
+pub trait EngineInfo: Send + Sync {
     /// The algorithm.
     fn algorithm(&self) -> Algorithm;
     /// The device.
@@ -233,15 +269,120 @@ pub trait Engine<F: Scalar>: Send + Sync {
     /// otherwise [`Error::Unsupported`] or [`Error::BackendUnavailable`].
     fn check(&self, query: &Query) -> Result<()>;
     /// Upper bound of the working memory, in bytes, the engine allocates for `query`, beyond
-    /// the inputs and the outputs it returns.
-    fn memory_required(&self, query: &Query) -> u64;
-    /// `⊕`-sum over all segmentations, per sequence (log Z for Log, the Viterbi score for Max).
-    fn forward(&self, problem: &Problem<'_, F>, semiring: SemiringKind) -> Result<Vec<f64>>;
+    /// the inputs and the outputs it returns: a pure function of the query (its thread count
+    /// included) and the engine's settings, computed in checked arithmetic. A size that
+    /// overflows `u64` is an [`Error::Unsupported`] ([`ByteCount::finish`]).
+    fn memory_required(&self, query: &Query) -> Result<u64>;
+}
+
+/// One algorithm on one device, running on inputs of element type `F` (`f32` or `f64`).
+///
+/// ```
+/// use ndarray::Array3;
+/// use semicrf_core::{reference::Reference, Engine, LogSemiring, MaxSemiring, Potentials, Problem};
+///
+/// let scores = Array3::<f32>::zeros((1, 3, 2));
+/// let lengths = [3];
+/// let p: Problem<f32> = Potentials::builder(scores.view(), &lengths, 3).build()?.into();
+/// let log_z = Reference.forward::<LogSemiring>(&p)?;
+/// let best = Reference.forward::<MaxSemiring>(&p)?;
+/// assert!((log_z[0] - 18f64.ln()).abs() < 1e-12); // 18 segmentations, all of score 0
+/// assert_eq!(best[0], 0.0);
+/// # Ok::<(), semicrf_core::Error>(())
+/// ```
+pub trait Engine<F: Scalar>: EngineInfo {
+    /// The `⊕`-sum over all segmentations of each sequence in semiring `S`: log Z
+    /// ([`LogSemiring`](crate::LogSemiring)), the Viterbi score
+    /// ([`MaxSemiring`](crate::MaxSemiring)), log Z with the posterior's entropy
+    /// ([`EntropySemiring`], see [`entropies`]). A sequence with no finite segmentation gets
+    /// `S::zero()`.
+    fn forward<S: Semiring>(&self, problem: &Problem<'_, F>) -> Result<Vec<S::Value>>;
     /// log Z, gradients of `Σ_b upstream[b] · log Z_b` and boundary marginals.
     /// Fails with [`Error::Infeasible`] if some `log Z_b = -inf`.
     fn backward(&self, problem: &Problem<'_, F>, upstream: &[f64]) -> Result<Backward>;
     /// The best segmentation of each sequence.
     fn viterbi(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>>;
+}
+
+/// The entropies of the entropy-semiring results of a forward pass, one per sequence; fails
+/// with [`Error::Infeasible`] naming the first sequence whose log Z is `-inf` (it has no
+/// posterior, hence no entropy), as its gradients would.
+pub fn entropies(values: &[EntropyValue]) -> Result<Vec<f64>> {
+    match values
+        .iter()
+        .position(|v| EntropySemiring::weight(*v) == f64::NEG_INFINITY)
+    {
+        Some(sequence) => Err(Error::Infeasible { sequence }),
+        None => Ok(values.iter().map(|v| v.entropy).collect()),
+    }
+}
+
+/// A byte count for memory estimates, in checked arithmetic: any overflow poisons it, and
+/// [`ByteCount::finish`] turns a poisoned count into an [`Error::Unsupported`].
+///
+/// ```
+/// use semicrf_core::{ByteCount, Shape};
+///
+/// let shape = Shape::new(2, 10, 3, 4);
+/// let n = ByteCount::f64s(&[2, 10, 4]) + ByteCount::bytes(&[64]);
+/// assert_eq!(n.finish("cpu/example", shape)?, 8 * 80 + 64);
+/// assert!(ByteCount::f64s(&[usize::MAX, 2]).finish("cpu/example", shape).is_err());
+/// # Ok::<(), semicrf_core::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteCount(Option<u64>);
+
+impl ByteCount {
+    /// No bytes.
+    pub const ZERO: ByteCount = ByteCount(Some(0));
+
+    /// The product of `factors`, in bytes.
+    pub fn bytes(factors: &[usize]) -> ByteCount {
+        ByteCount(
+            factors
+                .iter()
+                .try_fold(1u64, |acc, &x| acc.checked_mul(u64::try_from(x).ok()?)),
+        )
+    }
+    /// The product of `factors` counted in `f64` words (8 bytes each).
+    pub fn f64s(factors: &[usize]) -> ByteCount {
+        ByteCount::bytes(factors) * 8
+    }
+    /// The count, or `None` after an overflow.
+    pub fn get(self) -> Option<u64> {
+        self.0
+    }
+    /// The count, or [`Error::Unsupported`] naming `backend` and `shape` after an overflow.
+    pub fn finish(self, backend: &str, shape: Shape) -> Result<u64> {
+        self.0.ok_or_else(|| Error::Unsupported {
+            backend: backend.into(),
+            what: format!("{shape}: its working memory overflows 64-bit byte counts"),
+        })
+    }
+}
+
+impl core::ops::Add for ByteCount {
+    type Output = ByteCount;
+    fn add(self, other: ByteCount) -> ByteCount {
+        ByteCount(self.0.zip(other.0).and_then(|(a, b)| a.checked_add(b)))
+    }
+}
+
+impl core::ops::Mul<usize> for ByteCount {
+    type Output = ByteCount;
+    fn mul(self, n: usize) -> ByteCount {
+        ByteCount(
+            self.0
+                .zip(u64::try_from(n).ok())
+                .and_then(|(a, b)| a.checked_mul(b)),
+        )
+    }
+}
+
+impl core::iter::Sum for ByteCount {
+    fn sum<I: Iterator<Item = ByteCount>>(iter: I) -> ByteCount {
+        iter.fold(ByteCount::ZERO, |a, b| a + b)
+    }
 }
 
 /// Checks an upstream gradient: one finite value per sequence.
@@ -292,11 +433,7 @@ pub struct Selection {
 /// the query or needs more than the budget is skipped and the skip is written in the reason.
 /// With no candidate left the error is [`Error::MemoryBudget`] (some candidate supported the
 /// query but none fit) or the first candidate's own error.
-pub fn select<F: Scalar>(
-    candidates: &[&dyn Engine<F>],
-    query: &Query,
-    budget: u64,
-) -> Result<Selection> {
+pub fn select(candidates: &[&dyn EngineInfo], query: &Query, budget: u64) -> Result<Selection> {
     let mut skipped: Vec<String> = Vec::new();
     let mut first_err: Option<Error> = None;
     let mut smallest: Option<(u64, String)> = None;
@@ -306,7 +443,14 @@ pub fn select<F: Scalar>(
             first_err.get_or_insert(err);
             continue;
         }
-        let required = e.memory_required(query);
+        let required = match e.memory_required(query) {
+            Ok(r) => r,
+            Err(err) => {
+                skipped.push(format!("{} skipped ({err})", e.name()));
+                first_err.get_or_insert(err);
+                continue;
+            }
+        };
         if required > budget {
             skipped.push(format!(
                 "{} skipped (needs {} > budget {})",

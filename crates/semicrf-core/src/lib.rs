@@ -1,13 +1,15 @@
 //! The ground every semicrf backend stands on: validated inputs, the one [`Error`] type, the
-//! backend trait [`Engine`] with memory estimates and selection by memory budget, gold scoring
-//! and NLL, label-run ↔ segment conversion, and the f64 [`reference`](mod@reference) oracle.
+//! backend traits [`EngineInfo`] and [`Engine`] with memory estimates and selection by memory
+//! budget, gold scoring and NLL, label-run ↔ segment conversion, and the f64
+//! [`reference`](mod@reference) oracle. The model itself, its conventions, recurrences and
+//! interchange format are on the [`model`] page.
 //!
 //! Users normally depend on the `semicrf` facade, which re-exports this crate; depend on it
 //! directly to write a backend.
 //!
 //! ```
 //! use ndarray::{Array2, Array3};
-//! use semicrf_core::{reference, Engine, Potentials, Problem, SemiringKind};
+//! use semicrf_core::{reference, Engine, EntropySemiring, LogSemiring, Potentials, Problem};
 //!
 //! let scores = Array3::<f64>::from_elem((1, 4, 2), 0.5);
 //! let transition = Array2::<f64>::zeros((2, 2));
@@ -16,23 +18,21 @@
 //!     .transition(transition.view())
 //!     .build()?
 //!     .into();
-//! let log_z = Engine::<f64>::forward(&reference::Reference, &p, SemiringKind::Log)?;
-//! assert!(log_z[0].is_finite());
+//! let log_z = reference::Reference.forward::<LogSemiring>(&p)?;
+//! let h = reference::Reference.forward::<EntropySemiring>(&p)?;
+//! assert!(log_z[0].is_finite() && h[0].entropy > 0.0);
 //! # Ok::<(), semicrf_core::Error>(())
 //! ```
 //!
-//! # The model
+//! # Writing a backend
 //!
-//! A segmentation tiles `[0, L_b)` with segments `(s, d, c)`, `d ∈ 1..=K`. Its score is
-//!
-//! ```text
-//! start[c_1] + Σ_i ( Σ_{t in segment i} scores[t, c_i] + duration[d_i - 1, c_i]
-//!                    + begin_boundary[s_i, c_i] + end_boundary[s_i + d_i - 1, c_i] )
-//!            + Σ_{i >= 2} transition[c_{i-1}, c_i] + end[c_n]
-//! ```
-//!
-//! and `log Z = logsumexp` over all segmentations. Edge potentials `(B, T, K, C, C)` generalise
-//! it: [`materialize`] turns structured potentials into edges exactly.
+//! Implement [`EngineInfo`] (algorithm, device, [`EngineInfo::check`] and
+//! [`EngineInfo::memory_required`], pure functions of a [`Query`] that allocate nothing and
+//! count bytes with [`ByteCount`]) and [`Engine<F>`](Engine) for `f32` and `f64`: a forward
+//! pass generic over the [`Semiring`] (any semiring runs through the same code, monomorphised),
+//! the log semiring's backward and Viterbi. [`select`] then chooses among backends by memory
+//! budget, and the conformance suite of the `semicrf` repository checks a new backend against
+//! the [`reference`](mod@reference).
 //!
 //! # Algorithms (per sequence)
 //!
@@ -67,13 +67,15 @@
 //!
 //! # Crate features
 //!
-//! - `testing`: seeded random problem generators ([`testing`]) for test suites.
+//! - `testing`: what the test suites share ([`testing`]): seeded random problems, the named
+//!   edge cases, tolerances and comparison helpers.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod engine;
 mod error;
 mod materialize;
+pub mod model;
 mod potentials;
 pub mod reference;
 mod scalar;
@@ -82,8 +84,9 @@ mod segments;
 pub mod testing;
 
 pub use engine::{
-    Algorithm, Backward, Decoded, Device, Engine, Form, Gradients, Op, Query, Segment, Selection,
-    SemiringKind, check_feasible, check_upstream, human_bytes, select,
+    Algorithm, Backward, ByteCount, Decoded, Device, Engine, EngineInfo, Form, Gradients, Op,
+    Parallelism, Query, Segment, Selection, check_feasible, check_upstream, entropies, human_bytes,
+    select,
 };
 pub use error::{Error, Result};
 pub use materialize::{
@@ -95,6 +98,9 @@ pub use potentials::{
 };
 pub use scalar::Scalar;
 pub use segments::{
-    gold_score, gold_score_edges, labels_from_segments, segments_from_labels, validate_segmentation,
+    gold_score, gold_score_edges, labels_from_segments, segments_from_labels, trace_back,
+    validate_segmentation,
 };
-pub use semicrf_semiring::{LogSemiring, MaxSemiring, Semiring};
+pub use semicrf_semiring::{
+    EntropySemiring, EntropyValue, LogSemiring, MaxSemiring, Semiring, SemiringInfo,
+};

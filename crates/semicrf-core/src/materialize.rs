@@ -1,4 +1,4 @@
-//! Exact materialisation of structured potentials into edges (SPEC §1.2) and its adjoint, the
+//! Exact materialisation of structured potentials into edges (model §3) and its adjoint, the
 //! pull-back of edge gradients onto the structured inputs.
 //!
 //! `edges[b, s, d-1, j, i] = Σ_{t=s}^{s+d-1} scores[b, t, j] + duration[d-1, j]

@@ -70,7 +70,7 @@ impl<F: Scalar> Transition<'_, F> {
     }
 }
 
-/// Structured ("factorized") potentials of a batch, validated (SPEC §1.1).
+/// Structured ("factorized") potentials of a batch, validated (model §2).
 ///
 /// Build with [`Potentials::builder`]. Absent optional tensors score 0. Every tensor is checked
 /// for shape, and every element for NaN and `+inf`; `-inf` is legal and forbids what it scores.
@@ -353,7 +353,7 @@ impl<'a, F: Scalar> Potentials<'a, F> {
     }
 }
 
-/// Edge potentials `(B, T, K, C, C)`, destination label first (SPEC §1.2), validated.
+/// Edge potentials `(B, T, K, C, C)`, destination label first (model §3), validated.
 ///
 /// `edges[b, s, d-1, j, i]` scores a segment that starts at `s`, lasts `d`, has label `j` and
 /// follows label `i`. The first segment (`s = 0`) follows a *virtual start*: every source `i`

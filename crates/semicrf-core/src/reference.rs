@@ -1,7 +1,7 @@
 //! The f64 reference: brute-force enumeration of every segmentation, and a plain sequential
 //! exact forward / backward / Viterbi over edges. Every backend is tested against it.
 //!
-//! Nothing here is fast, and that is the point: each function is the recurrence of SPEC §3–§5
+//! Nothing here is fast, and that is the point: each function is the recurrence of the model page (`semicrf_core::model`, recurrences)
 //! written as directly as possible, in `f64`, one sequence at a time.
 //!
 //! ```
@@ -21,12 +21,13 @@
 //! ```
 
 use ndarray::{Array2, Array5, ArrayView5};
+use semicrf_semiring::kernels::logsumexp;
 use semicrf_semiring::{LogSemiring, MaxSemiring, Semiring};
 
 use crate::{
-    Algorithm, Backward, Decoded, Device, EdgePotentials, Engine, Error, Gradients, Potentials,
-    Problem, Query, Result, Scalar, Segment, SemiringKind, Shape, check_feasible, check_upstream,
-    gold_score, gold_score_edges, materialize, pull_back,
+    Algorithm, Backward, ByteCount, Decoded, Device, EdgePotentials, Engine, EngineInfo, Error,
+    Gradients, Potentials, Problem, Query, Result, Scalar, Segment, Shape, check_feasible,
+    check_upstream, gold_score, gold_score_edges, materialize, pull_back, trace_back,
 };
 
 /// The largest number of segmentations [`brute_force`] enumerates before refusing.
@@ -37,6 +38,9 @@ pub const BRUTE_FORCE_LIMIT: u64 = 5_000_000;
 pub struct BruteForce {
     /// log-sum-exp of the scores of all segmentations.
     pub log_z: f64,
+    /// The Shannon entropy (nats) of the posterior over segmentations,
+    /// `Σ_y p(y) (log Z - score(y))`, each term in `f64` (0 when `log_z = -inf`).
+    pub entropy: f64,
     /// The best score.
     pub max: f64,
     /// A best segmentation (the first found in enumeration order); empty if `max = -inf`.
@@ -111,8 +115,19 @@ fn enumerate(
         }
         scores.push(s);
     });
+    let log_z = logsumexp(&scores);
+    let entropy = if log_z == f64::NEG_INFINITY {
+        0.0
+    } else {
+        scores
+            .iter()
+            .filter(|s| s.is_finite())
+            .map(|&s| (s - log_z).exp() * (log_z - s))
+            .sum()
+    };
     Ok(BruteForce {
-        log_z: LogSemiring::sum(&scores),
+        log_z,
+        entropy,
         max: best,
         argmax,
         count,
@@ -120,7 +135,7 @@ fn enumerate(
 }
 
 /// Enumerates every segmentation of sequence `b` of structured potentials, scoring each with
-/// [`gold_score`] (the formula of SPEC §1.1, independent of materialisation).
+/// [`gold_score`] (the formula of model §2, independent of materialisation).
 pub fn brute_force<F: Scalar>(p: &Potentials<'_, F>, b: usize) -> Result<BruteForce> {
     let len = p.lengths()[b];
     enumerate(b, p.shape(), len, |segs| {
@@ -129,7 +144,8 @@ pub fn brute_force<F: Scalar>(p: &Potentials<'_, F>, b: usize) -> Result<BruteFo
 }
 
 /// Enumerates every segmentation of sequence `b` of edge potentials (first segment summed over
-/// the virtual start's sources for `log_z`, maxed for `max`).
+/// the virtual start's sources for `log_z`, maxed for `max`). The `entropy` is that of the
+/// posterior over segmentations, the virtual start's sources of the first segment merged.
 pub fn brute_force_edges<F: Scalar>(p: &EdgePotentials<'_, F>, b: usize) -> Result<BruteForce> {
     let len = p.lengths()[b];
     let mut bf = enumerate(b, p.shape(), len, |segs| {
@@ -144,36 +160,44 @@ pub fn brute_force_edges<F: Scalar>(p: &EdgePotentials<'_, F>, b: usize) -> Resu
 }
 
 /// `α_t(j)` for `t = 0..=len` of one sequence in semiring `S`, with `α_0(i) = one` (the
-/// virtual start). `alpha[[t, j]]`.
-fn alpha<S: Semiring>(e: &ArrayView5<'_, f64>, b: usize, len: usize) -> Array2<f64> {
+/// virtual start; the sources of a first segment are merged into one item of log-weight
+/// `⊕_i edges`, so that every segmentation is one item). `alpha[[t, j]]`.
+fn alpha<S: Semiring>(e: &ArrayView5<'_, f64>, b: usize, len: usize) -> Array2<S::Value> {
     let (_, _, k, c, _) = e.dim();
-    let mut a = Array2::from_elem((len + 1, c), S::zero::<f64>());
+    let mut a = Array2::from_elem((len + 1, c), S::zero());
     a.row_mut(0).fill(S::one());
-    // Every term of one (t, j) goes into a single max-shifted ⊕ (one rounding per cell, not one
-    // per term), so the oracle stays accurate at T = 10^5 and beyond.
+    // Every term of one (t, j) goes into a single ⊕ over a slice (one rounding per cell, not
+    // one per term), so the oracle stays accurate at T = 10^5 and beyond.
     let mut terms = Vec::with_capacity(k * c);
     for t in 1..=len {
         for j in 0..c {
             terms.clear();
             for d in 1..=k.min(t) {
+                let from = terms.len();
                 for i in 0..c {
-                    terms.push(S::times(a[[t - d, i]], e[[b, t - d, d - 1, j, i]]));
+                    terms.push(S::shift(a[[t - d, i]], e[[b, t - d, d - 1, j, i]]));
+                }
+                if t == d {
+                    // The virtual start's sources of a first segment are one segmentation.
+                    let first = S::lift(S::weight(S::sum(&mut terms[from..])));
+                    terms.truncate(from);
+                    terms.push(first);
                 }
             }
-            a[[t, j]] = S::sum(&terms);
+            a[[t, j]] = S::sum(&mut terms);
         }
     }
     a
 }
 
-/// `⊕`-sum over segmentations of every sequence, from an `f64` edge tensor.
-pub fn forward<S: Semiring>(edges: ArrayView5<'_, f64>, lengths: &[usize]) -> Vec<f64> {
+/// `⊕`-sum over segmentations of every sequence in semiring `S`, from an `f64` edge tensor.
+pub fn forward<S: Semiring>(edges: ArrayView5<'_, f64>, lengths: &[usize]) -> Vec<S::Value> {
     lengths
         .iter()
         .enumerate()
         .map(|(b, &len)| {
             let a = alpha::<S>(&edges, b, len);
-            S::sum(a.row(len).as_slice().expect("contiguous"))
+            S::sum(&mut a.row(len).to_vec())
         })
         .collect()
 }
@@ -191,7 +215,7 @@ pub fn edge_marginals(edges: ArrayView5<'_, f64>, lengths: &[usize]) -> (Vec<f64
     let mut log_z = Vec::with_capacity(bn);
     for (b, &len) in lengths.iter().enumerate() {
         let a = alpha::<LogSemiring>(&edges, b, len);
-        let z = LogSemiring::sum(a.row(len).as_slice().expect("contiguous"));
+        let z = LogSemiring::sum(&mut a.row(len).to_vec());
         log_z.push(z);
         if z == f64::NEG_INFINITY {
             continue;
@@ -208,7 +232,7 @@ pub fn edge_marginals(edges: ArrayView5<'_, f64>, lengths: &[usize]) -> (Vec<f64
                         terms.push(edges[[b, s, d - 1, j, i]] + beta[[s + d, j]]);
                     }
                 }
-                beta[[s, i]] = LogSemiring::sum(&terms);
+                beta[[s, i]] = LogSemiring::sum(&mut terms);
             }
         }
         for s in 0..len {
@@ -267,15 +291,7 @@ pub fn viterbi(edges: ArrayView5<'_, f64>, lengths: &[usize]) -> Vec<Decoded> {
                     segments: Vec::new(),
                 };
             }
-            let mut segments = Vec::new();
-            let mut t = len;
-            while t > 0 {
-                let (d, i) = bp[[t, j]];
-                segments.push(Segment::new(t - d, d, j));
-                t -= d;
-                j = i;
-            }
-            segments.reverse();
+            let segments = trace_back(len, j, |t, j| bp[[t, j]]);
             Decoded { score, segments }
         })
         .collect()
@@ -293,7 +309,7 @@ fn edges_f64<F: Scalar>(p: &Problem<'_, F>) -> Array5<f64> {
     }
 }
 
-impl<F: Scalar> Engine<F> for Reference {
+impl EngineInfo for Reference {
     fn algorithm(&self) -> Algorithm {
         Algorithm::Exact
     }
@@ -306,15 +322,18 @@ impl<F: Scalar> Engine<F> for Reference {
     fn check(&self, _query: &Query) -> Result<()> {
         Ok(())
     }
-    fn memory_required(&self, query: &Query) -> u64 {
-        crate::edge_tensor_bytes(query.shape).saturating_mul(2)
+    /// Twice the materialised edge tensor (edges and their marginals).
+    fn memory_required(&self, query: &Query) -> Result<u64> {
+        let sh = query.shape;
+        (ByteCount::f64s(&[sh.batch, sh.len, sh.max_duration, sh.labels, sh.labels]) * 2)
+            .finish("reference", sh)
     }
-    fn forward(&self, problem: &Problem<'_, F>, semiring: SemiringKind) -> Result<Vec<f64>> {
+}
+
+impl<F: Scalar> Engine<F> for Reference {
+    fn forward<S: Semiring>(&self, problem: &Problem<'_, F>) -> Result<Vec<S::Value>> {
         let e = edges_f64(problem);
-        Ok(match semiring {
-            SemiringKind::Log => forward::<LogSemiring>(e.view(), problem.lengths()),
-            SemiringKind::Max => forward::<MaxSemiring>(e.view(), problem.lengths()),
-        })
+        Ok(forward::<S>(e.view(), problem.lengths()))
     }
     fn backward(&self, problem: &Problem<'_, F>, upstream: &[f64]) -> Result<Backward> {
         check_upstream(upstream, problem.shape().batch)?;

@@ -42,7 +42,7 @@ pub fn validate_segmentation(
     Ok(())
 }
 
-/// The score of a segmentation of sequence `b` (SPEC §1.1), in `f64`.
+/// The score of a segmentation of sequence `b` (model §2), in `f64`.
 ///
 /// ```
 /// use ndarray::{array, Array3};
@@ -76,9 +76,10 @@ pub fn gold_score<F: Scalar>(p: &Potentials<'_, F>, b: usize, segments: &[Segmen
     Ok(total + p.end_at(segments[segments.len() - 1].label))
 }
 
-/// The score of a segmentation of sequence `b` in edge form. The first segment follows the
-/// virtual start, so its score is `⊕_i edges[b, 0, d-1, j, i]` in semiring `S` (log-sum-exp
-/// for NLL, max for comparing with Viterbi).
+/// The score of a segmentation of sequence `b` in edge form, `⊕`-summed in semiring `S` over
+/// the virtual start's sources of the first segment (log-sum-exp for NLL with
+/// [`LogSemiring`](crate::LogSemiring), max for comparing with Viterbi with
+/// [`MaxSemiring`](crate::MaxSemiring)); returns the log-weight ([`Semiring::weight`]).
 pub fn gold_score_edges<S: Semiring, F: Scalar>(
     p: &EdgePotentials<'_, F>,
     b: usize,
@@ -94,14 +95,67 @@ pub fn gold_score_edges<S: Semiring, F: Scalar>(
     validate_segmentation(b, segments, p.lengths()[b], sh.max_duration, sh.labels)?;
     let e = p.edges();
     let first = segments[0];
-    let firsts: Vec<f64> = (0..sh.labels)
-        .map(|i| e[[b, 0, first.duration - 1, first.label, i]].as_f64())
+    let mut firsts: Vec<S::Value> = (0..sh.labels)
+        .map(|i| S::lift(e[[b, 0, first.duration - 1, first.label, i]].as_f64()))
         .collect();
-    let mut total = S::sum(&firsts);
+    let mut total = S::weight(S::sum(&mut firsts));
     for w in segments.windows(2) {
         total += e[[b, w[1].start, w[1].duration - 1, w[1].label, w[0].label]].as_f64();
     }
     Ok(total)
+}
+
+/// The segments of a Viterbi decoding, traced back from the end of a sequence of `len`
+/// positions whose best final label is `last`: `best(t, j)` gives the duration `d` of the
+/// best segment of label `j` that ends at `t` (exclusive) and the label before it (ignored
+/// when the segment starts at 0). Every engine's Viterbi ends here.
+///
+/// The walk runs twice, once to count the segments and once to fill a vector of exactly that
+/// size, so `best` must be a pure lookup.
+///
+/// ```
+/// use semicrf_core::{trace_back, Segment};
+///
+/// // Best segments: label 1 over [0, 2), then label 0 over [2, 3).
+/// let best = |t: usize, j: usize| match (t, j) {
+///     (3, 0) => (1, 1),
+///     (2, 1) => (2, 0),
+///     _ => unreachable!(),
+/// };
+/// assert_eq!(trace_back(3, 0, best), [Segment::new(0, 2, 1), Segment::new(2, 1, 0)]);
+/// ```
+///
+/// # Panics
+///
+/// If `best` returns a duration of 0 or longer than the positions left: backpointers come
+/// from the engines' own tables, so that is a bug in an engine, never bad input.
+pub fn trace_back(
+    len: usize,
+    last: usize,
+    best: impl Fn(usize, usize) -> (usize, usize),
+) -> Vec<Segment> {
+    let walk = |visit: &mut dyn FnMut(Segment)| {
+        let (mut t, mut j) = (len, last);
+        while t > 0 {
+            let (d, before) = best(t, j);
+            assert!(
+                (1..=t).contains(&d),
+                "backpointer of duration {d} at position {t}, label {j}"
+            );
+            visit(Segment::new(t - d, d, j));
+            t -= d;
+            j = before;
+        }
+    };
+    let mut count = 0;
+    walk(&mut |_| count += 1);
+    let mut segments = vec![Segment::new(0, 0, 0); count];
+    let mut slot = count;
+    walk(&mut |s| {
+        slot -= 1;
+        segments[slot] = s;
+    });
+    segments
 }
 
 /// Segments from per-position labels: each maximal run of equal labels becomes one segment.

@@ -1,15 +1,23 @@
-//! Seeded random problems for the test suites of every crate (feature `testing`).
+//! What the test suites of every crate share (feature `testing`): seeded random problems,
+//! the case list every engine is checked on, tolerances, and the helpers that compare results.
 //!
-//! [`random_spec`] draws a small problem description spanning the cases of SPEC §7 (T = 1,
-//! K = 1, K ≥ T, K > T, C = 1, C not a power of two, ragged lengths including 1, `-inf`
-//! transitions that forbid most paths, an unreachable label, 2-D and 3-D transitions, boundary
-//! scores, start and end); [`random_problem`] draws the tensors.
+//! - [`random_spec`] draws a small problem description spanning the edge cases of the model
+//!   page's test list (T = 1, K = 1, K ≥ T, K > T, C = 1, C not a power of two, ragged lengths
+//!   including 1, `-inf` transitions that forbid most paths, an unreachable label, 2-D and 3-D
+//!   transitions, boundary scores, start and end); [`random_problem`] draws the tensors;
+//!   [`named_cases`] and [`cases`] list them.
+//! - [`Tolerance`] and its constants are the accuracy targets; [`assert_gradients_close`]
+//!   compares every gradient field; [`Worst`] records the worst error a test saw.
+//! - [`alone`] cuts one sequence out of a batch, [`upstream`] draws per-sequence upstream
+//!   gradients, [`with_all_inputs`] fills absent inputs with zeros.
 
-use ndarray::{Array, ArrayD, IxDyn};
+use core::cell::Cell;
+
+use ndarray::{Array, ArrayD, Axis, IxDyn};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::{OwnedPotentials, Segment};
+use crate::{Gradients, OwnedPotentials, Segment};
 
 /// The form of the transition tensor a generator draws.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,7 +92,7 @@ pub fn rng(seed: u64) -> ChaCha8Rng {
 }
 
 /// A small random problem description for brute-force comparisons: at most a few thousand
-/// segmentations per sequence, spanning SPEC §7's cases.
+/// segmentations per sequence, spanning the edge cases listed in the module docs.
 pub fn random_spec(seed: u64) -> GenSpec {
     let mut r = rng(seed ^ 0x5eed_5eed);
     let len = *pick(&mut r, &[1, 1, 2, 3, 4, 5, 6, 7]);
@@ -208,8 +216,8 @@ pub fn random_segmentation(seed: u64, len: usize, k: usize, c: usize) -> Vec<Seg
     out
 }
 
-/// Named hand-picked cases of SPEC §7 (small enough for brute force).
-pub fn spec7_cases() -> Vec<(&'static str, GenSpec)> {
+/// Named hand-picked edge cases (small enough for brute force).
+pub fn named_cases() -> Vec<(&'static str, GenSpec)> {
     let base = GenSpec::new;
     let with = |mut g: GenSpec, f: &dyn Fn(&mut GenSpec)| {
         f(&mut g);
@@ -257,4 +265,177 @@ pub fn spec7_cases() -> Vec<(&'static str, GenSpec)> {
             with(base(2, 6, 3, 3), &|g| g.forbid_scores = 0.3),
         ),
     ]
+}
+
+/// The case list every engine is checked on: the [`named_cases`] (drawn from seeds
+/// `base, base + 1, …`) followed by `random` problems of [`random_spec`] (seeds `0..random`).
+pub fn cases(base: u64, random: u64) -> Vec<(String, OwnedPotentials<f64>)> {
+    let mut v: Vec<_> = named_cases()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, g))| (name.to_string(), random_problem(base + i as u64, &g)))
+        .collect();
+    for seed in 0..random {
+        v.push((
+            format!("seed {seed}"),
+            random_problem(seed, &random_spec(seed)),
+        ));
+    }
+    v
+}
+
+/// Sequence `b` of a batch as a problem of its own (same padded length `T`).
+pub fn alone<F: Clone>(p: &OwnedPotentials<F>, b: usize) -> OwnedPotentials<F> {
+    let row = |a: &ArrayD<F>| a.index_axis(Axis(0), b).insert_axis(Axis(0)).to_owned();
+    OwnedPotentials {
+        scores: row(&p.scores),
+        begin_boundary: p.begin_boundary.as_ref().map(row),
+        end_boundary: p.end_boundary.as_ref().map(row),
+        lengths: vec![p.lengths[b]],
+        ..p.clone()
+    }
+}
+
+/// Per-sequence upstream gradients in `±[0.25, 2)` with a 30% chance of a negative sign, and
+/// an exact 0 for every fifth sequence.
+pub fn upstream(seed: u64, batch: usize) -> Vec<f64> {
+    let mut r = rng(seed ^ 0xabcd);
+    (0..batch)
+        .map(|b| {
+            let g: f64 = r.random_range(0.25..2.0);
+            if b % 5 == 4 {
+                0.0
+            } else if r.random_bool(0.3) {
+                -g
+            } else {
+                g
+            }
+        })
+        .collect()
+}
+
+/// The same problem with absent transition, duration, start and end filled with zeros, so
+/// that every input has entries to perturb (the gradients of absent inputs are those of
+/// zeros).
+pub fn with_all_inputs(owned: &OwnedPotentials<f64>) -> OwnedPotentials<f64> {
+    let (c, k) = (owned.scores.shape()[2], owned.max_duration);
+    let mut o = owned.clone();
+    o.transition
+        .get_or_insert_with(|| ArrayD::zeros(IxDyn(&[c, c])));
+    o.duration
+        .get_or_insert_with(|| ArrayD::zeros(IxDyn(&[k, c])));
+    o.start.get_or_insert_with(|| ArrayD::zeros(IxDyn(&[c])));
+    o.end.get_or_insert_with(|| ArrayD::zeros(IxDyn(&[c])));
+    o
+}
+
+/// Absolute and relative tolerance: `|a - b| <= abs + rel · max(|a|, |b|)`; equal values
+/// (equal infinities included) always pass.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tolerance {
+    /// Absolute part.
+    pub abs: f64,
+    /// Relative part.
+    pub rel: f64,
+}
+
+impl Tolerance {
+    /// `f64` inputs: log Z, Viterbi and entropy values against the oracle.
+    pub const F64_VALUES: Tolerance = Tolerance {
+        abs: 0.0,
+        rel: 1e-10,
+    };
+    /// `f64` inputs: gradients and marginals against the oracle.
+    pub const F64_GRADS: Tolerance = Tolerance {
+        abs: 1e-10,
+        rel: 1e-10,
+    };
+    /// `f32` inputs with `|scores| <= 5`: log Z against the `f64` oracle on the same values.
+    pub const F32_LOG_Z: Tolerance = Tolerance {
+        abs: 1e-5,
+        rel: 1e-5,
+    };
+    /// `f32` inputs with `|scores| <= 5`: gradients and marginals.
+    pub const F32_GRADS: Tolerance = Tolerance {
+        abs: 1e-4,
+        rel: 0.0,
+    };
+
+    /// Whether `a` and `b` agree; NaN never does.
+    pub fn ok(self, a: f64, b: f64) -> bool {
+        if a == b {
+            return true;
+        }
+        (a - b).abs() <= self.abs + self.rel * a.abs().max(b.abs())
+    }
+}
+
+/// Asserts that two gradients have the same fields, shapes and values within `tol`.
+pub fn assert_gradients_close(what: &str, got: &Gradients, want: &Gradients, tol: Tolerance) {
+    for ((field, a), (_, b)) in got.fields().into_iter().zip(want.fields()) {
+        match (a, b) {
+            (None, None) => {}
+            (Some(a), Some(b)) => {
+                assert_eq!(a.shape(), b.shape(), "{what}: shape of grad.{field}");
+                for ((idx, &x), &y) in a.indexed_iter().zip(b.iter()) {
+                    assert!(
+                        tol.ok(x, y),
+                        "{what}: grad.{field}{idx:?} = {x}, expected {y}"
+                    );
+                }
+            }
+            (a, b) => panic!(
+                "{what}: grad.{field} present {} vs {}",
+                a.is_some(),
+                b.is_some()
+            ),
+        }
+    }
+}
+
+/// The worst error a test saw, printed when it ends (`cargo test -- --nocapture`), with the
+/// number of comparisons behind it.
+#[derive(Debug)]
+pub struct Worst {
+    name: String,
+    err: Cell<f64>,
+    count: Cell<usize>,
+}
+
+impl Worst {
+    /// A tracker named after what it measures.
+    pub fn new(name: impl Into<String>) -> Self {
+        Worst {
+            name: name.into(),
+            err: Cell::new(0.0),
+            count: Cell::new(0),
+        }
+    }
+    /// Records one error.
+    pub fn see(&self, err: f64) {
+        assert!(!err.is_nan(), "{}: NaN error", self.name);
+        self.err.set(self.err.get().max(err));
+        self.count.set(self.count.get() + 1);
+    }
+    /// The worst error so far.
+    pub fn get(&self) -> f64 {
+        self.err.get()
+    }
+    /// The number of errors recorded.
+    pub fn count(&self) -> usize {
+        self.count.get()
+    }
+}
+
+impl Drop for Worst {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            println!(
+                "{}: {} comparisons, worst error {:.2e}",
+                self.name,
+                self.count.get(),
+                self.err.get()
+            );
+        }
+    }
 }

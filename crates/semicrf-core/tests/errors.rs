@@ -3,8 +3,8 @@
 
 use ndarray::{Array, Array1, Array2, Array3, Array5, IxDyn};
 use semicrf_core::{
-    Algorithm, Backward, Decoded, Device, EdgePotentials, Engine, Error, Op, Potentials, Problem,
-    Query, Result, Segment, SemiringKind, gold_score, reference::Reference, segments_from_labels,
+    Algorithm, Device, EdgePotentials, Engine, EngineInfo, Error, LogSemiring, Op, Potentials,
+    Problem, Query, Result, Segment, gold_score, reference::Reference, segments_from_labels,
     select,
 };
 
@@ -348,7 +348,7 @@ fn a_gradient_of_an_infeasible_sequence_is_an_error_naming_it() {
         .build()
         .unwrap()
         .into();
-    let z = Engine::<f64>::forward(&Reference, &p, SemiringKind::Log).unwrap();
+    let z = Engine::<f64>::forward::<LogSemiring>(&Reference, &p).unwrap();
     assert!(z[0].is_finite());
     assert_eq!(z[1], f64::NEG_INFINITY);
     assert_eq!(
@@ -417,10 +417,10 @@ fn a_label_run_longer_than_k_is_an_error_naming_the_run_unless_split() {
 struct Fake {
     algorithm: Algorithm,
     refuse: Option<Error>,
-    bytes: u64,
+    bytes: Option<u64>,
 }
 
-impl Engine<f64> for Fake {
+impl EngineInfo for Fake {
     fn algorithm(&self) -> Algorithm {
         self.algorithm
     }
@@ -430,17 +430,11 @@ impl Engine<f64> for Fake {
     fn check(&self, _: &Query) -> Result<()> {
         self.refuse.clone().map_or(Ok(()), Err)
     }
-    fn memory_required(&self, _: &Query) -> u64 {
-        self.bytes
-    }
-    fn forward(&self, _: &Problem<'_, f64>, _: SemiringKind) -> Result<Vec<f64>> {
-        unreachable!("selection never runs an engine")
-    }
-    fn backward(&self, _: &Problem<'_, f64>, _: &[f64]) -> Result<Backward> {
-        unreachable!("selection never runs an engine")
-    }
-    fn viterbi(&self, _: &Problem<'_, f64>) -> Result<Vec<Decoded>> {
-        unreachable!("selection never runs an engine")
+    fn memory_required(&self, _: &Query) -> Result<u64> {
+        self.bytes.ok_or_else(|| Error::Unsupported {
+            backend: "cpu/fake".into(),
+            what: "a size that overflows".into(),
+        })
     }
 }
 
@@ -460,14 +454,14 @@ fn a_memory_budget_too_small_for_any_backend_is_an_error_with_the_smallest_need(
     let a = Fake {
         algorithm: Algorithm::Streaming,
         refuse: None,
-        bytes: 5000,
+        bytes: Some(5000),
     };
     let b = Fake {
         algorithm: Algorithm::Exact,
         refuse: None,
-        bytes: 3000,
+        bytes: Some(3000),
     };
-    let err = select::<f64>(&[&a, &b], &query(), 1000).unwrap_err();
+    let err = select(&[&a, &b], &query(), 1000).unwrap_err();
     assert_eq!(
         err,
         Error::MemoryBudget {
@@ -476,7 +470,7 @@ fn a_memory_budget_too_small_for_any_backend_is_an_error_with_the_smallest_need(
             algorithm: "cpu/exact".into()
         }
     );
-    let ok = select::<f64>(&[&a, &b], &query(), 4000).unwrap();
+    let ok = select(&[&a, &b], &query(), 4000).unwrap();
     assert_eq!((ok.index, ok.algorithm), (1, Algorithm::Exact));
     assert!(
         ok.reason
@@ -485,7 +479,7 @@ fn a_memory_budget_too_small_for_any_backend_is_an_error_with_the_smallest_need(
         ok.reason
     );
     // The reference engine's estimate is a real figure too.
-    let err = select::<f64>(&[&Reference], &query(), 10).unwrap_err();
+    let err = select(&[&Reference], &query(), 10).unwrap_err();
     assert!(matches!(err, Error::MemoryBudget { budget: 10, .. }));
 }
 
@@ -498,15 +492,15 @@ fn an_unavailable_backend_is_reported_and_skipped() {
     let a = Fake {
         algorithm: Algorithm::Streaming,
         refuse: Some(gone.clone()),
-        bytes: 0,
+        bytes: Some(0),
     };
-    assert_eq!(select::<f64>(&[&a], &query(), u64::MAX).unwrap_err(), gone);
+    assert_eq!(select(&[&a], &query(), u64::MAX).unwrap_err(), gone);
     let b = Fake {
         algorithm: Algorithm::Exact,
         refuse: None,
-        bytes: 1,
+        bytes: Some(1),
     };
-    let ok = select::<f64>(&[&a, &b], &query(), u64::MAX).unwrap();
+    let ok = select(&[&a, &b], &query(), u64::MAX).unwrap();
     assert_eq!(ok.index, 1);
     assert!(ok.reason.contains("no driver"), "{}", ok.reason);
 }
@@ -520,12 +514,31 @@ fn an_unsupported_request_is_reported() {
     let a = Fake {
         algorithm: Algorithm::Streaming,
         refuse: Some(no.clone()),
-        bytes: 0,
+        bytes: Some(0),
     };
-    let err = select::<f64>(&[&a], &query(), u64::MAX).unwrap_err();
+    let err = select(&[&a], &query(), u64::MAX).unwrap_err();
     assert_eq!(err, no);
     assert_eq!(
         err.to_string(),
         "backend cpu/streaming does not support edge input"
     );
+}
+
+#[test]
+fn an_estimate_that_overflows_is_skipped_with_its_reason() {
+    let huge = Fake {
+        algorithm: Algorithm::Exact,
+        refuse: None,
+        bytes: None,
+    };
+    let err = select(&[&huge], &query(), u64::MAX).unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    let small = Fake {
+        algorithm: Algorithm::Scan,
+        refuse: None,
+        bytes: Some(10),
+    };
+    let ok = select(&[&huge, &small], &query(), u64::MAX).unwrap();
+    assert_eq!(ok.index, 1);
+    assert!(ok.reason.contains("overflows"), "{}", ok.reason);
 }

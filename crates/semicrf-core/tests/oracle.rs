@@ -1,10 +1,11 @@
 //! The oracle is tested itself: the plain exact recurrences over materialised edges agree with
-//! brute-force enumeration scored by the SPEC §1.1 formula.
+//! brute-force enumeration scored by the model's score formula ([`gold_score`]).
 
-use semicrf_core::testing::{random_problem, random_segmentation, random_spec, spec7_cases};
+use ndarray::Array3;
+use semicrf_core::testing::{cases, random_problem, random_segmentation, random_spec};
 use semicrf_core::{
-    EdgePotentials, LogSemiring, MaxSemiring, OwnedPotentials, gold_score, gold_score_edges,
-    materialize, reference,
+    EdgePotentials, EntropySemiring, LogSemiring, MaxSemiring, OwnedPotentials, Potentials,
+    gold_score, gold_score_edges, materialize, reference,
 };
 
 fn rel_close(a: f64, b: f64, tol: f64) -> bool {
@@ -15,18 +16,7 @@ fn rel_close(a: f64, b: f64, tol: f64) -> bool {
 }
 
 fn problems() -> Vec<(String, OwnedPotentials<f64>)> {
-    let mut v: Vec<(String, OwnedPotentials<f64>)> = spec7_cases()
-        .into_iter()
-        .enumerate()
-        .map(|(i, (name, g))| (name.to_string(), random_problem(1000 + i as u64, &g)))
-        .collect();
-    for seed in 0..400u64 {
-        v.push((
-            format!("seed {seed}"),
-            random_problem(seed, &random_spec(seed)),
-        ));
-    }
-    v
+    cases(1000, 400)
 }
 
 #[test]
@@ -38,8 +28,22 @@ fn reference_exact_forward_and_viterbi_agree_with_brute_force() {
         let lz = reference::forward_log(e.view(), p.lengths());
         let mx = reference::forward::<MaxSemiring>(e.view(), p.lengths());
         let vit = reference::viterbi(e.view(), p.lengths());
+        let ent = reference::forward::<EntropySemiring>(e.view(), p.lengths());
         for b in 0..p.shape().batch {
             let bf = reference::brute_force(&p, b).unwrap();
+            assert!(
+                rel_close(ent[b].log_weight, bf.log_z, 1e-12),
+                "{name} b={b}"
+            );
+            // The entropy is a mixture of differences of scores: its rounding error is
+            // relative to the size of the scores (log Z), not to its own size, which is small
+            // when one segmentation dominates.
+            assert!(
+                (ent[b].entropy - bf.entropy).abs() <= 1e-12 * bf.log_z.abs().max(1.0),
+                "{name} b={b}: entropy {} vs {}",
+                ent[b].entropy,
+                bf.entropy
+            );
             assert!(
                 rel_close(lz[b], bf.log_z, 1e-12),
                 "{name} b={b}: {} vs {}",
@@ -146,6 +150,52 @@ fn gold_score_of_a_random_segmentation_never_exceeds_log_z() {
                 "NLL {nll} < 0 at seed {seed}"
             );
             let _ = gold_score_edges::<LogSemiring, f64>;
+        }
+    }
+}
+
+#[test]
+fn brute_force_entropy_is_log_count_for_equal_scores_and_between_zero_and_that_otherwise() {
+    for (len, k, c) in [(1, 1, 1), (1, 3, 4), (4, 2, 3), (6, 6, 2), (5, 3, 1)] {
+        let scores = Array3::<f64>::zeros((1, len, c));
+        let lengths = [len];
+        let p = Potentials::builder(scores.view(), &lengths, k)
+            .build()
+            .unwrap();
+        let bf = reference::brute_force(&p, 0).unwrap();
+        let n = reference::count_segmentations(len, k, c) as f64;
+        assert!((bf.entropy - n.ln()).abs() < 1e-12, "{len} {k} {c}");
+        assert!((bf.log_z - n.ln()).abs() < 1e-12);
+    }
+    for (name, owned) in problems() {
+        let p = owned.view().unwrap();
+        for b in 0..p.shape().batch {
+            let bf = reference::brute_force(&p, b).unwrap();
+            assert!(bf.entropy >= 0.0, "{name}");
+            assert!(bf.entropy <= (bf.count as f64).ln() + 1e-12, "{name}");
+        }
+    }
+}
+
+#[test]
+fn reference_entropy_on_edge_input_is_that_of_segmentations_over_the_virtual_start() {
+    for seed in 0..150u64 {
+        let owned = random_problem(seed, &random_spec(seed));
+        let p = owned.view().unwrap();
+        // Every source of a first segment finite: they must merge into one segmentation.
+        let mut e = materialize(&p);
+        e.mapv_inplace(|x| if x.is_finite() { x } else { -0.5 });
+        let ep = EdgePotentials::new(e.view(), p.lengths()).unwrap();
+        let ent = reference::forward::<EntropySemiring>(e.view(), p.lengths());
+        for b in 0..p.shape().batch {
+            let bf = reference::brute_force_edges(&ep, b).unwrap();
+            assert!(rel_close(ent[b].log_weight, bf.log_z, 1e-12), "seed {seed}");
+            assert!(
+                (ent[b].entropy - bf.entropy).abs() <= 1e-12 * bf.log_z.abs().max(1.0),
+                "seed {seed} b={b}: {} vs {}",
+                ent[b].entropy,
+                bf.entropy
+            );
         }
     }
 }

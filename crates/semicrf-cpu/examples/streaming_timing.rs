@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use semicrf_core::testing::{GenSpec, random_problem};
-use semicrf_core::{Engine, OwnedPotentials, Problem, SemiringKind};
+use semicrf_core::{Engine, LogSemiring, OwnedPotentials, Problem};
 use semicrf_cpu::StreamingEngine;
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -79,7 +79,7 @@ fn shape(name: &str, (b, t, k, c): (usize, usize, usize, usize), reps: usize, ex
     let v = Problem::Structured(p.view().expect("valid"));
     let e = StreamingEngine::new();
     let (fwd, fwd_cpu) = time2(reps, || {
-        black_box(e.forward(&v, SemiringKind::Log).expect("forward"));
+        black_box(e.forward::<LogSemiring>(&v).expect("forward"));
     });
     let up = vec![1.0; b];
     let (bwd, bwd_cpu) = time2(reps, || {

@@ -1,16 +1,17 @@
 //! CPU backends of semicrf: [`ExactEngine`], [`ScanEngine`] and [`StreamingEngine`], each an
-//! implementation of [`semicrf_core::Engine`] for `f32` and `f64` inputs, parallel over the
-//! batch with rayon.
+//! implementation of [`semicrf_core::Engine`] for `f32` and `f64` inputs and any semiring,
+//! parallel over the batch with rayon.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod edge;
 mod exact;
-mod kernels;
 mod par;
 mod scan;
 mod streaming;
 
 pub use exact::ExactEngine;
-pub use par::{Parallelism, map_indexed};
+pub use par::{map_indexed, threads};
 pub use scan::ScanEngine;
+pub use semicrf_core::Parallelism;
 pub use streaming::StreamingEngine;

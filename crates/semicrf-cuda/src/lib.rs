@@ -14,19 +14,20 @@
 //! binary, on machines with or without a GPU.
 //!
 //! ```
-//! use semicrf_core::{Algorithm, Engine, Error, Form, Op, Query, SemiringKind, Shape};
+//! use semicrf_core::{Algorithm, EngineInfo, Error, Form, LogSemiring, Op, Query, Shape};
 //! use semicrf_cuda::CudaEngine;
 //!
 //! let engine = CudaEngine::new(Algorithm::Streaming, 0);
 //! let query = Query {
 //!     shape: Shape::new(1, 8, 3, 2),
 //!     form: Form::Structured { duration_dependent_transition: false },
-//!     op: Op::Forward(SemiringKind::Log),
+//!     op: Op::forward::<LogSemiring>(),
 //!     dtype_bytes: 4,
+//!     threads: 1,
 //! };
-//! let err = Engine::<f32>::check(&engine, &query).unwrap_err();
+//! let err = engine.check(&query).unwrap_err();
 //! assert!(matches!(err, Error::BackendUnavailable { .. }));
-//! assert_eq!(Engine::<f32>::name(&engine), "cuda:0/streaming");
+//! assert_eq!(engine.name(), "cuda:0/streaming");
 //! ```
 //!
 //! # Algorithms
@@ -46,8 +47,8 @@
 #![deny(missing_docs)]
 
 use semicrf_core::{
-    Algorithm, Backward, Decoded, Device, Engine, Error, Problem, Query, Result, Scalar,
-    SemiringKind,
+    Algorithm, Backward, Decoded, Device, Engine, EngineInfo, Error, Problem, Query, Result,
+    Scalar, Semiring,
 };
 
 /// Why every [`CudaEngine`] request fails today.
@@ -56,8 +57,8 @@ pub const NOT_IMPLEMENTED: &str = "the CUDA kernels are not implemented yet";
 /// One algorithm on one CUDA device.
 ///
 /// Every method returns [`Error::BackendUnavailable`] (backend `cuda/<algorithm>`, reason
-/// [`NOT_IMPLEMENTED`]); [`Engine::check`] does so too, so the selector skips it with that
-/// reason. No driver call is made.
+/// [`NOT_IMPLEMENTED`]); [`EngineInfo::check`] does so too, so the selector skips it with
+/// that reason. No driver call is made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaEngine {
     algorithm: Algorithm,
@@ -84,7 +85,7 @@ impl CudaEngine {
     }
 }
 
-impl<F: Scalar> Engine<F> for CudaEngine {
+impl EngineInfo for CudaEngine {
     fn algorithm(&self) -> Algorithm {
         self.algorithm
     }
@@ -94,10 +95,13 @@ impl<F: Scalar> Engine<F> for CudaEngine {
     fn check(&self, _query: &Query) -> Result<()> {
         Err(self.unavailable())
     }
-    fn memory_required(&self, _query: &Query) -> u64 {
-        0
+    fn memory_required(&self, _query: &Query) -> Result<u64> {
+        Err(self.unavailable())
     }
-    fn forward(&self, _problem: &Problem<'_, F>, _semiring: SemiringKind) -> Result<Vec<f64>> {
+}
+
+impl<F: Scalar> Engine<F> for CudaEngine {
+    fn forward<S: Semiring>(&self, _problem: &Problem<'_, F>) -> Result<Vec<S::Value>> {
         Err(self.unavailable())
     }
     fn backward(&self, _problem: &Problem<'_, F>, _upstream: &[f64]) -> Result<Backward> {
@@ -119,6 +123,7 @@ mod tests {
             form: Form::Edges,
             op,
             dtype_bytes: 8,
+            threads: 1,
         }
     }
 
@@ -126,7 +131,7 @@ mod tests {
     fn every_algorithm_reports_that_the_kernels_are_missing() {
         for a in [Algorithm::Exact, Algorithm::Scan, Algorithm::Streaming] {
             let e = CudaEngine::new(a, 1);
-            let err = Engine::<f64>::check(&e, &query(Op::Backward)).unwrap_err();
+            let err = e.check(&query(Op::Backward)).unwrap_err();
             assert_eq!(
                 err,
                 Error::BackendUnavailable {
@@ -134,7 +139,7 @@ mod tests {
                     reason: NOT_IMPLEMENTED.into()
                 }
             );
-            assert_eq!(Engine::<f64>::device(&e), Device::Cuda(1));
+            assert_eq!(e.device(), Device::Cuda(1));
         }
     }
 }

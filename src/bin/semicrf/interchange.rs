@@ -1,4 +1,4 @@
-//! The JSON interchange format of SPEC §8: problems in, results out.
+//! The JSON interchange format (`semicrf::model` §10): problems in, results out.
 //!
 //! Reading is strict: unknown keys, ragged arrays, non-numeric entries and malformed
 //! `lengths` / `max_duration` are errors naming the key, tensor and index. Values may be JSON
@@ -184,6 +184,8 @@ fn scalar(name: &str, v: &Value, index: &[usize]) -> Result<f64, String> {
 /// A JSON value to write, with keys kept in insertion order.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Json {
+    /// `null` (a value that does not exist, such as the entropy of an infeasible sequence).
+    Null,
     /// A float; `-inf` is written as `"-inf"`, `+inf` as `"inf"`; NaN is refused.
     Num(f64),
     /// An integer.
@@ -219,6 +221,7 @@ impl Json {
 
     fn write(&self, out: &mut String, path: &mut String) -> Result<(), String> {
         match self {
+            Json::Null => out.push_str("null"),
             Json::Num(x) if x.is_nan() => return Err(format!("NaN in the output at `{path}`")),
             Json::Num(x) if *x == f64::NEG_INFINITY => out.push_str("\"-inf\""),
             Json::Num(x) if *x == f64::INFINITY => out.push_str("\"inf\""),

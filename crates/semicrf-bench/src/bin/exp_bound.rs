@@ -19,7 +19,7 @@
 
 use rayon::prelude::*;
 use semicrf_bench::{SEED, canonical, lse_terms, median, problem, time_ms};
-use semicrf_core::{Engine, Problem, SemiringKind};
+use semicrf_core::{Engine, LogSemiring, Problem};
 use semicrf_cpu::StreamingEngine;
 use serde_json::json;
 
@@ -133,10 +133,10 @@ fn main() {
     let p = Problem::Structured(owned.view().expect("valid"));
     let engine = StreamingEngine::new();
     let mut streaming = json!(null);
-    match Engine::<f32>::forward(&engine, &p, SemiringKind::Log) {
+    match Engine::<f32>::forward::<LogSemiring>(&engine, &p) {
         Err(e) => println!("streaming forward at S4 unavailable: {e}"),
         Ok(_) => {
-            let mut ms = time_ms(7, || Engine::<f32>::forward(&engine, &p, SemiringKind::Log));
+            let mut ms = time_ms(7, || Engine::<f32>::forward::<LogSemiring>(&engine, &p));
             let t = median(&mut ms);
             let terms = lse_terms(s4);
             let r = terms as f64 / (t * 1e-3);

@@ -9,15 +9,16 @@
 //! Writes two files into `DIR` (default `.`), named by the shape label (`B16_T256_K15_C8`):
 //!
 //! - `problem_{label}.json`: the problem of [`semicrf_bench::problem`] in the interchange format
-//!   of SPEC §8 (`scores`, `transition`, `duration`, `start`, `lengths`, `max_duration`), every
+//!   of the model page (`semicrf_core::model` §10: `scores`, `transition`, `duration`, `start`, `lengths`, `max_duration`), every
 //!   value the exact `f64` widening of the `f32` input;
 //! - `ours_{label}.json`: our log Z per sequence (f32 inputs), the gradient of `Σ_b log Z_b`
 //!   with respect to `scores` (position marginals) and `duration`, and the median wall time of
 //!   `repeats` forward (log) and forward+backward calls after one warm-up call, in ms, with
 //!   every run's time and the number of rayon threads.
 
+use semicrf::{AnyEngine, Engine, EngineInfo, LogSemiring};
 use semicrf_bench::{SEED, canonical, median, ones, problem, shape_label, time_ms};
-use semicrf_core::{Engine, Problem, SemiringKind, Shape};
+use semicrf_core::{Problem, Shape};
 use semicrf_cpu::{ExactEngine, ScanEngine, StreamingEngine};
 use serde_json::{Value, json};
 
@@ -94,26 +95,23 @@ fn main() {
     let ppath = format!("{out}/problem_{label}.json");
     std::fs::write(&ppath, serde_json::to_string(&prob).expect("json")).expect("writable");
 
-    let streaming = StreamingEngine::new();
-    let scan = ScanEngine::new();
-    let exact = ExactEngine::new();
-    let engine: &dyn Engine<f32> = match engine_name.as_str() {
-        "streaming" => &streaming,
-        "scan" => &scan,
-        "exact" => &exact,
+    let engine = match engine_name.as_str() {
+        "streaming" => AnyEngine::Streaming(StreamingEngine::new()),
+        "scan" => AnyEngine::Scan(ScanEngine::new()),
+        "exact" => AnyEngine::Exact(ExactEngine::new()),
         other => panic!("unknown engine {other}"),
     };
     let p = Problem::Structured(owned.view().expect("valid"));
     let up = ones(s.batch);
     let log_z = engine
-        .forward(&p, SemiringKind::Log)
+        .forward::<LogSemiring>(&p)
         .unwrap_or_else(|e| panic!("{}: {e}", engine.name()));
     let bwd = engine
         .backward(&p, &up)
         .unwrap_or_else(|e| panic!("{}: {e}", engine.name()));
     let (mut fwd_ms, mut bwd_ms) = (Vec::new(), Vec::new());
     if timed {
-        fwd_ms = time_ms(repeats, || engine.forward(&p, SemiringKind::Log));
+        fwd_ms = time_ms(repeats, || engine.forward::<LogSemiring>(&p));
         bwd_ms = time_ms(repeats, || engine.backward(&p, &up));
     }
     let grad_scores = bwd

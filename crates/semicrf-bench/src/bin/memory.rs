@@ -9,15 +9,16 @@
 //! and for scan and exact where their edge tensor fits in 4 GiB, prints the wall time, the
 //! measured peak heap beyond inputs and outputs (counting allocator: the peak of live bytes
 //! during the call minus what was live before, minus the bytes of the returned outputs), the
-//! engine's `memory_required`, the formula of `PERF.md` (`8·B·(K·C + C)` forward,
+//! engine's `memory_required`, the yardstick formula of the bench README (`8·B·(K·C + C)` forward,
 //! `8·B·(K·C + sqrt(T·K)·C)` with the backward) and their ratios; then the same as JSON
 //! (to `PATH` when given). `--shapes` adds canonical shapes (e.g. S8: one timed run each).
 
+use semicrf::{AnyEngine, EngineInfo, LogSemiring, Parallelism};
 use semicrf_bench::alloc::{CountingAlloc, measure, warm_up_threads};
 use semicrf_bench::{
-    OutputBytes, SEED, canonical, edges_fit, human_bytes, ones, problem, streaming_formula_bytes,
+    SEED, canonical, edges_fit, human_bytes, problem, run, streaming_formula_bytes,
 };
-use semicrf_core::{Engine, Op, Problem, Query, SemiringKind, Shape};
+use semicrf_core::{Op, Problem, Query, Shape};
 use semicrf_cpu::{ExactEngine, ScanEngine, StreamingEngine};
 use serde_json::{Value, json};
 
@@ -38,7 +39,7 @@ struct Row {
 }
 
 fn measure_one(
-    engine: &dyn Engine<f32>,
+    engine: &AnyEngine,
     algo: &'static str,
     label: &str,
     shape: Shape,
@@ -50,9 +51,9 @@ fn measure_one(
     let op = if backward {
         Op::Backward
     } else {
-        Op::Forward(SemiringKind::Log)
+        Op::forward::<LogSemiring>()
     };
-    let query = Query::of(&p, op);
+    let query = Query::of(&p, op).with_threads(semicrf_cpu::threads(Parallelism::Rayon));
     let mut row = Row {
         label: label.to_string(),
         algo,
@@ -65,7 +66,7 @@ fn measure_one(
         ms: f64::NAN,
         peak: 0,
         outputs: 0,
-        required: engine.memory_required(&query),
+        required: engine.memory_required(&query).unwrap_or(u64::MAX),
         formula: streaming_formula_bytes(shape, op),
         error: None,
     };
@@ -74,17 +75,7 @@ fn measure_one(
         return row;
     }
     let t0 = std::time::Instant::now();
-    let (res, m) = measure(|| {
-        if backward {
-            engine
-                .backward(&p, &ones(shape.batch))
-                .map(|r| r.output_bytes())
-        } else {
-            engine
-                .forward(&p, SemiringKind::Log)
-                .map(|r| r.output_bytes())
-        }
-    });
+    let (res, m) = measure(|| run(engine, &p, op));
     row.ms = t0.elapsed().as_secs_f64() * 1e3;
     match res {
         Ok(out) => {
@@ -136,9 +127,10 @@ fn main() {
     assert!(semicrf_bench::alloc::installed());
     warm_up_threads();
 
-    let streaming = StreamingEngine::new();
-    let scan = ScanEngine::new();
-    let exact = ExactEngine::new();
+    let streaming = AnyEngine::Streaming(StreamingEngine::new());
+    let scan = AnyEngine::Scan(ScanEngine::new());
+    let exact = AnyEngine::Exact(ExactEngine::new());
+    let threads = semicrf_cpu::threads(Parallelism::Rayon);
     let mut rows = Vec::new();
     let mut cases: Vec<(String, Shape)> = ts
         .iter()
@@ -156,10 +148,7 @@ fn main() {
             eprintln!("done: streaming {} {} ({:.0} ms)", r.op, label, r.ms);
             rows.push(r);
             if edges_fit(*shape) {
-                for (engine, name) in [
-                    (&scan as &dyn Engine<f32>, "scan"),
-                    (&exact as &dyn Engine<f32>, "exact"),
-                ] {
+                for (engine, name) in [(&scan, "scan"), (&exact, "exact")] {
                     let r = measure_one(engine, name, label, *shape, backward);
                     eprintln!("done: {name} {} {} ({:.0} ms)", r.op, label, r.ms);
                     rows.push(r);
@@ -273,12 +262,9 @@ fn main() {
             },
             op: Op::Backward,
             dtype_bytes: 4,
+            threads,
         };
-        let req = [
-            Engine::<f32>::memory_required(&streaming, &q),
-            Engine::<f32>::memory_required(&scan, &q),
-            Engine::<f32>::memory_required(&exact, &q),
-        ];
+        let req = [&streaming, &scan, &exact].map(|e| e.memory_required(&q).unwrap_or(u64::MAX));
         let s = c.shape;
         println!(
             "| {} | ({}, {}, {}, {}) | {} | {} | {} |",
@@ -298,19 +284,22 @@ fn main() {
         let mut line = format!("budget {name}: at (B, K, C) = (1, 100, 24)");
         let mut entry = json!({"budget": budget});
         for (engine, algo) in [
-            (&streaming as &dyn Engine<f32>, "streaming"),
-            (&scan as &dyn Engine<f32>, "scan"),
-            (&exact as &dyn Engine<f32>, "exact"),
+            (&streaming, "streaming"),
+            (&scan, "scan"),
+            (&exact, "exact"),
         ] {
             let need = |t: usize| {
-                engine.memory_required(&Query {
-                    shape: Shape::new(1, t, 100, 24),
-                    form: semicrf_core::Form::Structured {
-                        duration_dependent_transition: false,
-                    },
-                    op: Op::Backward,
-                    dtype_bytes: 4,
-                })
+                engine
+                    .memory_required(&Query {
+                        shape: Shape::new(1, t, 100, 24),
+                        form: semicrf_core::Form::Structured {
+                            duration_dependent_transition: false,
+                        },
+                        op: Op::Backward,
+                        dtype_bytes: 4,
+                        threads,
+                    })
+                    .unwrap_or(u64::MAX)
             };
             // The largest T (up to 1e9) whose forward+backward fits.
             let (mut lo, mut hi) = (0usize, 1_000_000_000usize);

@@ -1,7 +1,22 @@
-//! Small numeric kernels the scan and streaming recurrences are built from, written so that the
-//! compiler's auto-vectoriser handles them on the baseline target (no intrinsics, no
-//! `unsafe`): element-wise maps over slices and reductions with four independent
-//! accumulators in a fixed order (results do not depend on the thread that runs them).
+//! The numeric kernels every semiring and engine loop is built from, in one place.
+//!
+//! Two families:
+//!
+//! - **Vectorisable slice kernels** ([`exp_fast`], [`ln_fast`], [`dot`], [`max_of`],
+//!   [`sum_of`], [`lse_add`], [`argmax_add`], …), written so that the compiler's
+//!   auto-vectoriser handles them on the baseline target (no intrinsics, no `unsafe`):
+//!   element-wise maps over slices and reductions with independent accumulators in a fixed
+//!   order, so results do not depend on the thread that runs them. The semirings' slice
+//!   reductions ([`Semiring::sum`](crate::Semiring::sum),
+//!   [`Semiring::sum_shifted`](crate::Semiring::sum_shifted)) and the engines' hot loops call
+//!   these.
+//! - **Plain scalar functions** ([`log_add_exp`], [`logsumexp`]) over any float type, with the
+//!   library `exp` and `ln`: the straightforward definitions, used for scalar `⊕` and by the
+//!   brute-force reference.
+//!
+//! Every log-sum-exp here returns `-inf` when its maximum is `-inf` (no `-inf - -inf`).
+
+use num_traits::Float;
 
 /// `log2(e)`.
 const LOG2E: f64 = std::f64::consts::LOG2_E;
@@ -20,7 +35,7 @@ const EXP_MIN_ARG: f64 = -708.0;
 /// Range reduction `x = n·ln 2 + r`, `|r| <= ln 2 / 2`, a degree-12 Taylor polynomial for
 /// `e^r` (truncation error `< 2e-16`), and `2^n` added to the exponent bits.
 #[inline(always)]
-pub(crate) fn exp_fast(x: f64) -> f64 {
+pub fn exp_fast(x: f64) -> f64 {
     let small = x < EXP_MIN_ARG;
     let xc = if small { EXP_MIN_ARG } else { x };
     let t = xc * LOG2E + ROUND_MAGIC;
@@ -55,7 +70,7 @@ const TWO52_BITS: u64 = 0x4330_0000_0000_0000;
 /// about `1e-16`: `x = 2^e · m`, `m ∈ [sqrt(1/2), sqrt(2))`, `ln m = 2 atanh(s)` with
 /// `s = (m-1)/(m+1)`, `|s| < 0.172`, by its odd series to `s^21`.
 #[inline(always)]
-pub(crate) fn ln_fast(x: f64) -> f64 {
+pub fn ln_fast(x: f64) -> f64 {
     let bits = x.to_bits();
     let m0 = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
     let big = m0 > SQRT2;
@@ -83,7 +98,7 @@ pub(crate) fn ln_fast(x: f64) -> f64 {
 
 /// `Σ_i a[i] · b[i]` with eight accumulators, fixed order (`a` and `b` of equal length).
 #[inline]
-pub(crate) fn dot(a: &[f64], b: &[f64]) -> f64 {
+pub fn dot(a: &[f64], b: &[f64]) -> f64 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut s = [0.0f64; 8];
@@ -102,7 +117,7 @@ pub(crate) fn dot(a: &[f64], b: &[f64]) -> f64 {
 
 /// `x[i] = ln(x[i])` in place, for normal positive `x[i]` or 0.
 #[inline]
-pub(crate) fn ln_in_place(x: &mut [f64]) {
+pub fn ln_in_place(x: &mut [f64]) {
     for v in x.iter_mut() {
         *v = ln_fast(*v);
     }
@@ -110,7 +125,7 @@ pub(crate) fn ln_in_place(x: &mut [f64]) {
 
 /// `x[i] = exp(x[i])` in place, for `x[i] <= 700`.
 #[inline]
-pub(crate) fn exp_in_place(x: &mut [f64]) {
+pub fn exp_in_place(x: &mut [f64]) {
     for v in x.iter_mut() {
         *v = exp_fast(*v);
     }
@@ -118,7 +133,7 @@ pub(crate) fn exp_in_place(x: &mut [f64]) {
 
 /// `out[i] = a[i] + b[i]`; returns `max_i out[i]` (`-inf` for empty input).
 #[inline]
-pub(crate) fn add_max(a: &[f64], b: &[f64], out: &mut [f64]) -> f64 {
+pub fn add_max(a: &[f64], b: &[f64], out: &mut [f64]) -> f64 {
     let n = out.len();
     let (a, b) = (&a[..n], &b[..n]);
     for i in 0..n {
@@ -129,7 +144,7 @@ pub(crate) fn add_max(a: &[f64], b: &[f64], out: &mut [f64]) -> f64 {
 
 /// `max_i x[i]` with four accumulators (`-inf` for empty input).
 #[inline]
-pub(crate) fn max_of(x: &[f64]) -> f64 {
+pub fn max_of(x: &[f64]) -> f64 {
     let mut m = [f64::NEG_INFINITY; 4];
     let mut chunks = x.chunks_exact(4);
     for c in &mut chunks {
@@ -148,7 +163,7 @@ pub(crate) fn max_of(x: &[f64]) -> f64 {
 /// `x[i] = exp(x[i] - m)` in place, returns `Σ_i x[i]` (four accumulators, fixed order).
 /// `m` must be finite and `>= max x`.
 #[inline]
-pub(crate) fn exp_shift_sum(x: &mut [f64], m: f64) -> f64 {
+pub fn exp_shift_sum(x: &mut [f64], m: f64) -> f64 {
     for v in x.iter_mut() {
         *v = exp_fast(*v - m);
     }
@@ -157,7 +172,7 @@ pub(crate) fn exp_shift_sum(x: &mut [f64], m: f64) -> f64 {
 
 /// `Σ_i x[i]` with four accumulators, fixed order.
 #[inline]
-pub(crate) fn sum_of(x: &[f64]) -> f64 {
+pub fn sum_of(x: &[f64]) -> f64 {
     let mut s = [0.0f64; 4];
     let mut chunks = x.chunks_exact(4);
     for c in &mut chunks {
@@ -175,7 +190,7 @@ pub(crate) fn sum_of(x: &[f64]) -> f64 {
 /// On return `buf[i] = exp(a[i] + b[i] - m)` and the pair `(m, Σ buf)` is also returned so
 /// callers can form normalised weights.
 #[inline]
-pub(crate) fn lse_add(a: &[f64], b: &[f64], buf: &mut [f64]) -> (f64, f64, f64) {
+pub fn lse_add(a: &[f64], b: &[f64], buf: &mut [f64]) -> (f64, f64, f64) {
     let m = add_max(a, b, buf);
     if m == f64::NEG_INFINITY {
         return (f64::NEG_INFINITY, m, 0.0);
@@ -188,7 +203,7 @@ pub(crate) fn lse_add(a: &[f64], b: &[f64], buf: &mut [f64]) -> (f64, f64, f64) 
 /// `prefer_last` (used where the slice runs in decreasing duration). All `-inf` gives
 /// index 0 (first) or `len - 1` (last). `buf` is scratch of the same length.
 #[inline]
-pub(crate) fn argmax_add(a: &[f64], b: &[f64], prefer_last: bool, buf: &mut [f64]) -> (f64, usize) {
+pub fn argmax_add(a: &[f64], b: &[f64], prefer_last: bool, buf: &mut [f64]) -> (f64, usize) {
     let buf = &mut buf[..a.len()];
     let m = add_max(a, b, buf);
     let arg = if prefer_last {
@@ -197,6 +212,46 @@ pub(crate) fn argmax_add(a: &[f64], b: &[f64], prefer_last: bool, buf: &mut [f64
         buf.iter().position(|&x| x == m)
     };
     (m, arg.unwrap_or(0))
+}
+
+/// `log(exp(a) + exp(b))`, with `log_add_exp(-inf, -inf) = -inf`.
+///
+/// ```
+/// use semicrf_semiring::kernels::log_add_exp;
+/// assert_eq!(log_add_exp(f64::NEG_INFINITY, 2.0), 2.0);
+/// assert_eq!(log_add_exp(f32::NEG_INFINITY, f32::NEG_INFINITY), f32::NEG_INFINITY);
+/// assert_eq!(log_add_exp(1e308f64, 1e308), 1e308 + 2f64.ln());
+/// ```
+#[inline(always)]
+pub fn log_add_exp<F: Float>(a: F, b: F) -> F {
+    let (hi, lo) = if a > b { (a, b) } else { (b, a) };
+    if hi == F::neg_infinity() {
+        // Both are -inf: `lo - hi` would be NaN.
+        return hi;
+    }
+    hi + (lo - hi).exp().ln_1p()
+}
+
+/// `log Σ exp(x)` over a slice, with the max shift and the library `exp`: the plain
+/// definition, used by the brute-force reference. Returns `-inf` for an empty slice or when
+/// every element is `-inf`.
+///
+/// ```
+/// use semicrf_semiring::kernels::logsumexp;
+/// let ninf = f64::NEG_INFINITY;
+/// assert_eq!(logsumexp(&[ninf, ninf]), ninf);
+/// assert!((logsumexp(&[1000.0f64, 1000.0]) - (1000.0 + 2f64.ln())).abs() < 1e-12);
+/// ```
+#[inline]
+pub fn logsumexp<F: Float>(xs: &[F]) -> F {
+    let m = xs
+        .iter()
+        .fold(F::neg_infinity(), |m, &x| if x > m { x } else { m });
+    if m == F::neg_infinity() {
+        return m;
+    }
+    let s = xs.iter().fold(F::zero(), |s, &x| s + (x - m).exp());
+    m + s.ln()
 }
 
 #[cfg(test)]

@@ -1,0 +1,132 @@
+//! Viterbi decoding: the max-semiring forward with backpointers, `O(L·C)` 32-bit integers.
+
+use semicrf_core::{Decoded, MaxSemiring, Scalar, trace_back};
+use semicrf_semiring::kernels::argmax_add;
+
+use super::forward::{DdFwd, Forward, StaticFwd};
+use super::input::SeqIn;
+use super::params::Params;
+
+const NEG: f64 = f64::NEG_INFINITY;
+
+/// The decoding from the final `α_L`, given the backpointer lookup of [`trace_back`].
+fn decode(
+    alpha: &[f64],
+    par: &Params<MaxSemiring>,
+    len: usize,
+    best: impl Fn(usize, usize) -> (usize, usize),
+) -> Decoded {
+    let mut buf = vec![0.0; par.c];
+    // Final label: the smallest index attaining the maximum.
+    let (score, j) = argmax_add(alpha, &par.end, false, &mut buf);
+    if score == NEG {
+        return Decoded {
+            score,
+            segments: Vec::new(),
+        };
+    }
+    Decoded {
+        score,
+        segments: trace_back(len, j, best),
+    }
+}
+
+/// Static transition: `bp_dur[t*C + j]` is the best duration of a segment of label `j` ending
+/// at `t`, `bp_prev[s*C + j]` the best previous label of a segment of label `j` starting at
+/// `s`. Ties: the smaller duration (windows run from the longest duration down, so the last
+/// maximum wins), then the smaller previous label (the first maximum).
+pub(crate) fn viterbi_static<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params<MaxSemiring>) -> Decoded {
+    let (k, c, len) = (par.k, par.c, seq.len);
+    let mut bp_dur = vec![0u32; (len + 1) * c];
+    let mut bp_prev = vec![0u32; (len + 1) * c];
+    let mut buf = vec![0.0; k.max(c)];
+    let mut f = StaticFwd::<MaxSemiring>::new(par);
+    for p in 0..=len {
+        if p == 0 {
+            f.u.copy_from_slice(&par.start);
+        } else {
+            seq.eb_row(p - 1, &mut f.row);
+            f.windows(p);
+            for j in 0..c {
+                let n = f.len[j];
+                if n == 0 {
+                    f.alpha[j] = NEG;
+                    continue;
+                }
+                let w = f.ring.window(j, f.first[j], n);
+                let (best, e) = argmax_add(w, par.weights.window(j, n), true, &mut buf);
+                // As the forward's `α ⊗ lift(P + eb)`, so the score is the max forward's.
+                f.alpha[j] = best + (f.prefix.pref[j] + f.row[j]);
+                bp_dur[p * c + j] = (n - e) as u32;
+            }
+            if p == len {
+                break;
+            }
+            for j in 0..c {
+                let (best, i) = argmax_add(&f.alpha, par.matrix.column(j), false, &mut buf);
+                f.u[j] = best;
+                bp_prev[p * c + j] = i as u32;
+            }
+        }
+        f.push(p, seq);
+    }
+    decode(&f.alpha, par, len, |t, j| {
+        let d = bp_dur[t * c + j] as usize;
+        let s = t - d;
+        (
+            d,
+            if s == 0 {
+                0
+            } else {
+                bp_prev[s * c + j] as usize
+            },
+        )
+    })
+}
+
+/// Duration-dependent transition: `bp_dur[t*C + j]` and `bp_prev[t*C + j]` are the best
+/// duration and previous label of a segment of label `j` ending at `t`, read off the ring
+/// before each step.
+pub(crate) fn viterbi_dd<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params<MaxSemiring>) -> Decoded {
+    let (k, c, len) = (par.k, par.c, seq.len);
+    let mut bp_dur = vec![0u32; (len + 1) * c];
+    let mut bp_prev = vec![0u32; (len + 1) * c];
+    let mut buf = vec![0.0; c];
+    let mut f = DdFwd::<MaxSemiring>::new(par);
+    for p in 0..=len {
+        if p >= 1 {
+            for j in 0..c {
+                let n = k.min(p - f.prefix.z[j]);
+                let mut best = NEG;
+                let (mut bd, mut bi) = (1usize, 0usize);
+                for d in 1..=n {
+                    let s = p - d;
+                    let slot = s % k;
+                    let (inner, i) = if s == 0 {
+                        (par.start[j], 0)
+                    } else {
+                        let o = (d - 1) * c * c + j * c;
+                        argmax_add(
+                            &f.ring[slot * c..(slot + 1) * c],
+                            &par.tr_t[o..o + c],
+                            false,
+                            &mut buf,
+                        )
+                    };
+                    let x = inner + (f.q[slot * c + j] + par.dur[j * k + d - 1]);
+                    if x > best {
+                        best = x;
+                        bd = d;
+                        bi = i;
+                    }
+                }
+                bp_dur[p * c + j] = bd as u32;
+                bp_prev[p * c + j] = bi as u32;
+            }
+        }
+        f.step(p, seq, par);
+    }
+    decode(&f.alpha, par, len, |t, j| {
+        (bp_dur[t * c + j] as usize, bp_prev[t * c + j] as usize)
+    })
+}
