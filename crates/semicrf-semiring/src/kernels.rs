@@ -170,6 +170,29 @@ pub fn exp_shift_sum(x: &mut [f64], m: f64) -> f64 {
     sum_of(x)
 }
 
+/// `Σ_i exp(x[i] - m)` with the library `exp` and four accumulators in a fixed order, `x`
+/// untouched; `m` must be finite and `>= max x`.
+///
+/// For a long reduction whose terms are not needed afterwards this is the fastest form
+/// measured: the C library picks its `exp` at run time for the machine (an FMA version on
+/// current x86-64), where [`exp_fast`] is compiled for the baseline target, and four
+/// independent accumulators keep several `exp` calls in flight. (Measured on the 2-core
+/// x86-64 development machine: 2.9 ns per term against 3.4 ns for [`exp_shift_sum`].)
+#[inline]
+pub fn sum_exp_shifted(x: &[f64], m: f64) -> f64 {
+    let mut s = [0.0f64; 4];
+    let mut chunks = x.chunks_exact(4);
+    for c in &mut chunks {
+        for l in 0..4 {
+            s[l] += (c[l] - m).exp();
+        }
+    }
+    for (l, &v) in chunks.remainder().iter().enumerate() {
+        s[l] += (v - m).exp();
+    }
+    (s[0] + s[1]) + (s[2] + s[3])
+}
+
 /// `Σ_i x[i]` with four accumulators, fixed order.
 #[inline]
 pub fn sum_of(x: &[f64]) -> f64 {

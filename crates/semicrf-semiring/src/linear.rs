@@ -99,6 +99,9 @@ pub struct LinearRing {
     /// The label's twins or reference are out of date: rebuild before reading a window.
     stale: Vec<bool>,
     min_sum: f64,
+    /// The last window start whose slot was computed, and that slot (the windows of one
+    /// call usually share their start: one division per call, not per label).
+    slot_of: (usize, usize),
     ex: Vec<f64>,
     sums: Vec<f64>,
     exact: Vec<bool>,
@@ -109,6 +112,16 @@ impl LinearRing {
     #[inline]
     fn window_range(&self, j: usize, first: usize, n: usize) -> core::ops::Range<usize> {
         let off = j * 2 * self.k + first % self.k;
+        off..off + n
+    }
+
+    /// [`LinearRing::window_range`] through the one-entry cache of `first mod K`.
+    #[inline]
+    fn cached_range(&mut self, j: usize, first: usize, n: usize) -> core::ops::Range<usize> {
+        if self.slot_of.0 != first {
+            self.slot_of = (first, first % self.k);
+        }
+        let off = j * 2 * self.k + self.slot_of.1;
         off..off + n
     }
 
@@ -176,7 +189,7 @@ impl LinearRing {
             if stale {
                 self.rebuild(j, first[j], n);
             }
-            let r = self.window_range(j, first[j], n);
+            let r = self.cached_range(j, first[j], n);
             let dl = w.linear(j, n);
             let mut sum = dot(&self.lin[r.clone()], dl);
             if sum < self.min_sum && !stale {
@@ -225,6 +238,7 @@ impl Ring<LogSemiring> for LinearRing {
             rho: vec![NEG; c],
             stale: vec![false; c],
             min_sum: RING_MIN_SUM_PER_TERM * k as f64,
+            slot_of: (0, 0),
             ex: vec![0.0; c],
             sums: vec![0.0; c],
             exact: vec![false; c],
@@ -266,7 +280,7 @@ impl Ring<LogSemiring> for LinearRing {
             out[j] = if n == 0 || w.max[j] == NEG {
                 NEG
             } else if exact[j] {
-                let r = self.window_range(j, first[j], n);
+                let r = self.cached_range(j, first[j], n);
                 lse_add(&self.log[r], w.raw(j, n), &mut self.buf[..n]).0
             } else {
                 self.rho[j] + w.max[j] + sums[j]

@@ -1,6 +1,6 @@
 //! The log and max semirings over `f64` log-weights.
 
-use crate::kernels::{add_max, exp_shift_sum, log_add_exp, lse_add, max_of};
+use crate::kernels::{add_max, log_add_exp, lse_add, max_of, sum_exp_shifted};
 use crate::{LinearMatrix, LinearRing, PlainMatrix, PlainRing, Semiring};
 
 /// The log semiring: `⊕` is log-add-exp, `⊗` is `+`. Its forward pass computes `log Z`, and
@@ -51,15 +51,15 @@ impl Semiring for LogSemiring {
     fn weight(v: f64) -> f64 {
         v
     }
-    /// Max-shifted log-sum-exp with the branch-free `exp` and four accumulators; `-inf` when
-    /// the maximum is `-inf`. Overwrites `xs` with the shifted exponentials.
+    /// Max-shifted log-sum-exp, `-inf` when the maximum is `-inf`; `xs` is left as it is.
+    /// [`sum_exp_shifted`] sums with the library `exp` and four accumulators in a fixed order.
     #[inline]
     fn sum(xs: &mut [f64]) -> f64 {
         let m = max_of(xs);
         if m == f64::NEG_INFINITY {
             return m;
         }
-        m + exp_shift_sum(xs, m).ln()
+        m + sum_exp_shifted(xs, m).ln()
     }
     #[inline]
     fn sum_shifted(xs: &[f64], ws: &[f64], buf: &mut [f64]) -> f64 {

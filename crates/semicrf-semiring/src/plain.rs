@@ -98,12 +98,17 @@ impl<S: Semiring> Ring<S> for PlainRing<S> {
     #[inline]
     fn sums(&mut self, first: &[usize], len: &[usize], w: &PlainWeights, out: &mut [S::Value]) {
         let k = self.k;
+        // The windows of one call usually share their start: one division, not one per label.
+        let mut slot_of = (usize::MAX, 0);
         for j in 0..self.c {
             let n = len[j];
             out[j] = if n == 0 {
                 S::zero()
             } else {
-                let off = j * 2 * k + first[j] % k;
+                if slot_of.0 != first[j] {
+                    slot_of = (first[j], first[j] % k);
+                }
+                let off = j * 2 * k + slot_of.1;
                 S::sum_shifted(&self.values[off..off + n], w.window(j, n), &mut self.buf)
             };
         }

@@ -8,9 +8,11 @@ use super::lanes::{Dense, Lanes};
 
 const NEG: f64 = f64::NEG_INFINITY;
 
-/// Scratch of one forward step: the `K·C` terms of one destination label and a lane buffer.
+/// Scratch of one forward step: the `K·C` terms of one destination label, the offsets of
+/// the source rows and a lane buffer.
 pub(crate) struct Step<S: Semiring, E> {
     terms: Vec<S::Value>,
+    rows: Vec<usize>,
     lane: Vec<E>,
 }
 
@@ -18,6 +20,7 @@ impl<S: Semiring, E: Scalar> Step<S, E> {
     pub(crate) fn new(k: usize, c: usize) -> Self {
         Step {
             terms: vec![S::zero(); k * c],
+            rows: vec![0; k],
             lane: vec![E::default(); c],
         }
     }
@@ -39,10 +42,14 @@ impl<S: Semiring, E: Scalar> Step<S, E> {
     ) {
         let (k, c) = (lanes.k(), lanes.c());
         let n = k.min(t);
+        // The source rows once per position, not once per label.
+        for (d, r) in (1..=n).zip(self.rows.iter_mut()) {
+            *r = row(t - d) * c;
+        }
         for (j, o) in out[..c].iter_mut().enumerate() {
-            for (d, dst) in (1..=n).zip(self.terms.chunks_exact_mut(c)) {
+            for ((d, dst), &r) in (1..=n).zip(self.terms.chunks_exact_mut(c)).zip(&self.rows) {
                 let s = t - d;
-                let a = &rows[row(s) * c..][..c];
+                let a = &rows[r..r + c];
                 let w = lanes.lane(s, d, j, &mut self.lane);
                 for ((x, &a), &w) in dst.iter_mut().zip(a).zip(w) {
                     *x = S::shift(a, w.as_f64());
