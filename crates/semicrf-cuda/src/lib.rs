@@ -42,8 +42,8 @@
 //!
 //! # Crate features
 //!
-//! None. The crate depends on `cudarc` with dynamic loading of the driver and NVRTC, so it
-//! builds without a CUDA toolkit.
+//! None. The crate has no CUDA dependency yet: it builds anywhere, without a CUDA toolkit or
+//! a GPU.
 #![deny(missing_docs)]
 
 use semicrf_core::{
