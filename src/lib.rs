@@ -106,10 +106,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-use core::fmt;
-use core::str::FromStr;
+mod any_engine;
+mod config;
 
 use ndarray::{Array2, Array3, Array5};
+
+pub use any_engine::AnyEngine;
+use any_engine::cpu_threads;
+pub use config::{Backend, Config};
 
 pub use ndarray;
 pub use semicrf_core::reference;
@@ -124,151 +128,6 @@ pub use semicrf_core::{
 
 /// The default memory budget: 2 GiB of working memory per call.
 pub const DEFAULT_MEMORY_BUDGET: u64 = 2 << 30;
-
-/// Which algorithm runs a request.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Backend {
-    /// Pick by input form and memory budget (see the crate docs).
-    #[default]
-    Auto,
-    /// The exact algorithm, nothing else.
-    Exact,
-    /// The scan algorithm, nothing else.
-    Scan,
-    /// The streaming algorithm, nothing else (structured input only).
-    Streaming,
-}
-
-impl Backend {
-    /// Every backend, in the order of [`Backend::name`]'s documentation.
-    pub const ALL: [Backend; 4] = [
-        Backend::Auto,
-        Backend::Exact,
-        Backend::Scan,
-        Backend::Streaming,
-    ];
-
-    /// `auto`, `exact`, `scan` or `streaming`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Auto => "auto",
-            Backend::Exact => "exact",
-            Backend::Scan => "scan",
-            Backend::Streaming => "streaming",
-        }
-    }
-
-    /// The forced algorithm, or `None` for [`Backend::Auto`].
-    pub fn algorithm(self) -> Option<Algorithm> {
-        match self {
-            Backend::Auto => None,
-            Backend::Exact => Some(Algorithm::Exact),
-            Backend::Scan => Some(Algorithm::Scan),
-            Backend::Streaming => Some(Algorithm::Streaming),
-        }
-    }
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Backend {
-    type Err = Error;
-
-    /// Parses `auto`, `exact`, `scan` or `streaming`; anything else is
-    /// [`Error::BackendUnavailable`] naming it.
-    fn from_str(s: &str) -> Result<Self> {
-        Backend::ALL
-            .into_iter()
-            .find(|b| b.name() == s)
-            .ok_or_else(|| Error::BackendUnavailable {
-                backend: s.to_string(),
-                reason: "unknown backend, expected auto, exact, scan or streaming".into(),
-            })
-    }
-}
-
-/// How a [`SemiCrf`] runs requests: backend, device, memory budget and threading.
-///
-/// ```
-/// use semicrf::{Backend, Config, Device, Parallelism, DEFAULT_MEMORY_BUDGET};
-///
-/// let config = Config::new()
-///     .backend(Backend::Streaming)
-///     .memory_budget(1 << 30)
-///     .parallelism(Parallelism::Sequential);
-/// assert_eq!(config.get_device(), Device::Cpu);
-/// assert_eq!(Config::default().get_memory_budget(), DEFAULT_MEMORY_BUDGET);
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Config {
-    backend: Backend,
-    device: Device,
-    memory_budget: u64,
-    parallelism: Parallelism,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            backend: Backend::Auto,
-            device: Device::Cpu,
-            memory_budget: DEFAULT_MEMORY_BUDGET,
-            parallelism: Parallelism::Rayon,
-        }
-    }
-}
-
-impl Config {
-    /// The default configuration: [`Backend::Auto`], [`Device::Cpu`],
-    /// [`DEFAULT_MEMORY_BUDGET`], [`Parallelism::Rayon`].
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Sets the backend (default [`Backend::Auto`]).
-    pub fn backend(mut self, backend: Backend) -> Self {
-        self.backend = backend;
-        self
-    }
-    /// Sets the device (default [`Device::Cpu`]).
-    pub fn device(mut self, device: Device) -> Self {
-        self.device = device;
-        self
-    }
-    /// Sets the memory budget in bytes: the most working memory one call may need, as
-    /// estimated by [`EngineInfo::memory_required`] before anything is allocated (default
-    /// [`DEFAULT_MEMORY_BUDGET`]). A forced backend is checked against it too.
-    pub fn memory_budget(mut self, bytes: u64) -> Self {
-        self.memory_budget = bytes;
-        self
-    }
-    /// Sets the threading of CPU engines (default [`Parallelism::Rayon`]).
-    pub fn parallelism(mut self, parallelism: Parallelism) -> Self {
-        self.parallelism = parallelism;
-        self
-    }
-    /// The backend.
-    pub fn get_backend(&self) -> Backend {
-        self.backend
-    }
-    /// The device.
-    pub fn get_device(&self) -> Device {
-        self.device
-    }
-    /// The memory budget in bytes.
-    pub fn get_memory_budget(&self) -> u64 {
-        self.memory_budget
-    }
-    /// The threading of CPU engines.
-    pub fn get_parallelism(&self) -> Parallelism {
-        self.parallelism
-    }
-}
 
 /// Posterior marginals of a batch, from one forward-backward pass.
 #[derive(Clone, Debug, PartialEq)]
@@ -332,13 +191,13 @@ impl SemiCrf {
 
     /// The engines `select` chooses from, in preference order.
     fn candidates(&self, form: Form) -> Result<Vec<AnyEngine>> {
-        let algorithms: Vec<Algorithm> = match self.config.backend.algorithm() {
+        let algorithms: Vec<Algorithm> = match self.config.get_backend().algorithm() {
             Some(a) => vec![a],
             None => Algorithm::default_preference(form).to_vec(),
         };
         algorithms
             .into_iter()
-            .map(|a| AnyEngine::new(self.config.device, a, self.config.parallelism))
+            .map(|a| AnyEngine::new(self.config.get_device(), a, self.config.get_parallelism()))
             .collect()
     }
 
@@ -370,19 +229,25 @@ impl SemiCrf {
         self.choose(problem, op).map(|(s, _)| s)
     }
 
+    // Without any backend `AnyEngine` has no values: what follows the candidate's removal
+    // is unreachable, which is right.
+    #[cfg_attr(
+        not(any(feature = "cpu", feature = "cuda")),
+        allow(unreachable_code, unused_variables)
+    )]
     fn choose<F: Scalar>(
         &self,
         problem: &Problem<'_, F>,
         op: Op,
     ) -> Result<(Selection, AnyEngine)> {
-        let threads = match self.config.device {
-            Device::Cpu => cpu_threads(self.config.parallelism),
+        let threads = match self.config.get_device() {
+            Device::Cpu => cpu_threads(self.config.get_parallelism()),
             Device::Cuda(_) => 1,
         };
         let query = Query::of(problem, op).with_threads(threads);
         let mut engines = self.candidates(query.form)?;
         let refs: Vec<&dyn EngineInfo> = engines.iter().map(|e| e as &dyn EngineInfo).collect();
-        let selection = semicrf_core::select(&refs, &query, self.config.memory_budget)?;
+        let selection = semicrf_core::select(&refs, &query, self.config.get_memory_budget())?;
         let engine = engines.swap_remove(selection.index);
         Ok((selection, engine))
     }
@@ -589,154 +454,6 @@ impl SemiCrf {
     }
 }
 
-/// Any engine this build of semicrf can run: the one enum boundary between run-time choice
-/// (a device and an algorithm) and the engines' monomorphised code.
-///
-/// [`SemiCrf`] picks one for every call; use it directly to loop over engines, e.g. in a
-/// harness that compares them.
-///
-/// ```
-/// use semicrf::ndarray::Array3;
-/// use semicrf::{Algorithm, AnyEngine, Device, Engine, EngineInfo, LogSemiring, Parallelism};
-/// use semicrf::{Potentials, Problem};
-///
-/// let scores = Array3::<f64>::zeros((1, 4, 2));
-/// let lengths = [4];
-/// let p: Problem<f64> = Potentials::builder(scores.view(), &lengths, 2).build()?.into();
-/// for algorithm in [Algorithm::Exact, Algorithm::Scan, Algorithm::Streaming] {
-///     let e = AnyEngine::new(Device::Cpu, algorithm, Parallelism::Sequential)?;
-///     let z = e.forward::<LogSemiring>(&p)?;
-///     println!("{}: {z:?}", e.name());
-/// }
-/// # Ok::<(), semicrf::Error>(())
-/// ```
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub enum AnyEngine {
-    /// The CPU exact engine.
-    #[cfg(feature = "cpu")]
-    #[cfg(feature = "cpu")]
-    Exact(semicrf_cpu::ExactEngine),
-    /// The CPU scan engine.
-    #[cfg(feature = "cpu")]
-    Scan(semicrf_cpu::ScanEngine),
-    /// The CPU streaming engine.
-    #[cfg(feature = "cpu")]
-    Streaming(semicrf_cpu::StreamingEngine),
-    /// A CUDA engine.
-    #[cfg(feature = "cuda")]
-    Cuda(semicrf_cuda::CudaEngine),
-}
-
-/// Evaluates `$body` with `$e` bound to the engine inside an [`AnyEngine`].
-macro_rules! dispatch {
-    ($chosen:expr, |$e:ident| $body:expr) => {
-        match $chosen {
-            #[cfg(feature = "cpu")]
-            AnyEngine::Exact($e) => $body,
-            #[cfg(feature = "cpu")]
-            AnyEngine::Scan($e) => $body,
-            #[cfg(feature = "cpu")]
-            AnyEngine::Streaming($e) => $body,
-            #[cfg(feature = "cuda")]
-            AnyEngine::Cuda($e) => $body,
-            #[cfg(not(any(feature = "cpu", feature = "cuda")))]
-            _ => unreachable!("no engine is compiled in, so none is ever chosen"),
-        }
-    };
-}
-
-impl AnyEngine {
-    /// The engine of `algorithm` on `device`, or [`Error::BackendUnavailable`] when that
-    /// device is not compiled in.
-    pub fn new(
-        device: Device,
-        algorithm: Algorithm,
-        parallelism: Parallelism,
-    ) -> Result<AnyEngine> {
-        match device {
-            Device::Cpu => cpu_engine(algorithm, parallelism),
-            Device::Cuda(ordinal) => cuda_engine(algorithm, ordinal),
-        }
-    }
-}
-
-impl<F: Scalar> Engine<F> for AnyEngine {
-    fn forward<S: Semiring>(&self, problem: &Problem<'_, F>) -> Result<Vec<S::Value>> {
-        dispatch!(self, |e| Engine::<F>::forward::<S>(e, problem))
-    }
-    fn backward(&self, problem: &Problem<'_, F>, upstream: &[f64]) -> Result<Backward> {
-        dispatch!(self, |e| Engine::<F>::backward(e, problem, upstream))
-    }
-    fn viterbi(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
-        dispatch!(self, |e| Engine::<F>::viterbi(e, problem))
-    }
-}
-
-impl EngineInfo for AnyEngine {
-    fn algorithm(&self) -> Algorithm {
-        dispatch!(self, |e| e.algorithm())
-    }
-    fn device(&self) -> Device {
-        dispatch!(self, |e| e.device())
-    }
-    fn name(&self) -> String {
-        dispatch!(self, |e| e.name())
-    }
-    fn check(&self, query: &Query) -> Result<()> {
-        dispatch!(self, |e| e.check(query))
-    }
-    fn memory_required(&self, query: &Query) -> Result<u64> {
-        dispatch!(self, |e| e.memory_required(query))
-    }
-}
-
-#[cfg(feature = "cpu")]
-fn cpu_threads(parallelism: Parallelism) -> usize {
-    semicrf_cpu::threads(parallelism)
-}
-
-#[cfg(not(feature = "cpu"))]
-fn cpu_threads(_parallelism: Parallelism) -> usize {
-    1
-}
-
-#[cfg(feature = "cpu")]
-fn cpu_engine(algorithm: Algorithm, parallelism: Parallelism) -> Result<AnyEngine> {
-    Ok(match algorithm {
-        Algorithm::Exact => {
-            AnyEngine::Exact(semicrf_cpu::ExactEngine::new().parallelism(parallelism))
-        }
-        Algorithm::Scan => AnyEngine::Scan(semicrf_cpu::ScanEngine::new().parallelism(parallelism)),
-        Algorithm::Streaming => {
-            AnyEngine::Streaming(semicrf_cpu::StreamingEngine::new().parallelism(parallelism))
-        }
-    })
-}
-
-#[cfg(not(feature = "cpu"))]
-fn cpu_engine(algorithm: Algorithm, _parallelism: Parallelism) -> Result<AnyEngine> {
-    Err(Error::BackendUnavailable {
-        backend: format!("cpu/{algorithm}"),
-        reason: "semicrf was built without the `cpu` feature".into(),
-    })
-}
-
-#[cfg(feature = "cuda")]
-fn cuda_engine(algorithm: Algorithm, ordinal: usize) -> Result<AnyEngine> {
-    Ok(AnyEngine::Cuda(semicrf_cuda::CudaEngine::new(
-        algorithm, ordinal,
-    )))
-}
-
-#[cfg(not(feature = "cuda"))]
-fn cuda_engine(algorithm: Algorithm, _ordinal: usize) -> Result<AnyEngine> {
-    Err(Error::BackendUnavailable {
-        backend: format!("cuda/{algorithm}"),
-        reason: "semicrf was built without the `cuda` feature".into(),
-    })
-}
-
 /// The README's Rust examples, compiled and run as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
@@ -755,6 +472,28 @@ mod tests {
             "fast".parse::<Backend>(),
             Err(Error::BackendUnavailable { .. })
         ));
+    }
+
+    #[cfg(not(feature = "cpu"))]
+    #[test]
+    fn without_the_cpu_feature_a_cpu_request_is_unavailable_not_a_panic() {
+        let scores = ndarray::Array3::<f64>::zeros((1, 3, 2));
+        let lengths = [3];
+        let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 2)
+            .build()
+            .unwrap()
+            .into();
+        for backend in Backend::ALL {
+            let crf = SemiCrf::with_config(Config::new().backend(backend));
+            match crf.log_partition(&problem) {
+                Err(Error::BackendUnavailable { backend, reason }) => {
+                    assert!(backend.starts_with("cpu/"), "{backend}");
+                    assert!(reason.contains("without the `cpu` feature"), "{reason}");
+                }
+                other => panic!("{backend:?}: {other:?}"),
+            }
+            assert!(crf.entropy(&problem).is_err());
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use rand::Rng;
 use semicrf_core::reference::{self, Reference};
 use semicrf_core::testing::{
     GenSpec, Tolerance, Worst, alone, assert_gradients_close, cases, random_problem,
-    random_segmentation, random_spec, rng, with_all_inputs,
+    random_segmentation, random_spec, rng, wide_spec, with_all_inputs,
 };
 use semicrf_core::{
     Backward, EdgePotentials, Engine, EntropySemiring, Error, Gradients, LogSemiring, MaxSemiring,
@@ -576,23 +576,10 @@ fn edge_input_matches_brute_force_over_the_virtual_start<E: Engine<f64>>(e: &E) 
     assert!(compared >= 150);
 }
 
-/// A problem for the no-NaN property: `-inf` transitions, |scores| up to 1e4, K > T, C = 1,
-/// lengths of 1, and longer sequences than brute force allows.
-fn property_spec(seed: u64) -> GenSpec {
-    let mut g = random_spec(seed);
-    let r = |k: u64| (seed.wrapping_mul(6364136223846793005).wrapping_add(k) >> 33) as usize;
-    g.len = [1, 2, 5, 17, 40][r(1) % 5];
-    g.max_duration = [1, 3, 8, g.len, g.len + 5][r(2) % 5];
-    g.labels = [1, 2, 3, 6][r(3) % 4];
-    g.scale = [1.0, 50.0, 1e3, 1e4][r(4) % 4];
-    g.unreachable_label &= g.labels > 1;
-    g
-}
-
 fn outputs_are_finite_wherever_log_z_is_finite_on_10000_problems<E: Engine<f64>>(e: &E) {
     let mut checked = 0;
     for seed in 0..10_000u64 {
-        let g = property_spec(seed);
+        let g = wide_spec(seed);
         let owned = random_problem(seed, &g);
         let p = owned.view().unwrap();
         let problem = Problem::Structured(p.clone());

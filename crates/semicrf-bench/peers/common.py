@@ -1,16 +1,18 @@
 """Shared helpers of the peer harness: loading a problem written by `export_problem`,
 timing, agreement errors and result files.
 
-A problem file is the interchange JSON of the model page, section 10 (crates/semicrf-core/src/model.md) (`scores` (B, T, C), `transition`
-(C, C), `duration` (K, C), `start` (C), `lengths`, `max_duration`); values are f32 inputs
-widened exactly to f64. Peers run in f64 on those values.
+A problem file is the interchange JSON of the model page, section 10
+(crates/semicrf-core/src/model.md): `scores` (B, T, C), `transition` (C, C), `duration` (K, C),
+`start` (C), `lengths`, `max_duration`; values are f32 inputs widened exactly to f64. Peers run
+in f64 on those values.
 
-Convention (see the model page, section 3): both peers start a sequence from a *virtual start*: the first
-segment pays `transition[i, c]` summed (log-sum-exp) over every source label `i`. Our problems
+Convention (the model page, section 3): both peers start a sequence from a *virtual start*: the
+first segment pays `transition[i, c]` summed (log-sum-exp) over every source label `i`. Our problems
 carry `start[c] = logsumexp_i transition[i, c]` (rounded to f32), which is the same model up
 to that rounding (a relative difference of ~1e-7 in log Z at most).
 """
 
+import argparse
 import json
 import os
 import statistics
@@ -34,6 +36,22 @@ def load_problem(path):
         "lengths": lengths,
         "K": int(p["max_duration"]),
     }
+
+
+def setup(repeats, warmup):
+    """The command line every peer script takes, with its defaults for `--repeats` and
+    `--warmup`; sets torch's thread count. Returns (args, problem, our results)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--problem", required=True)
+    ap.add_argument("--ours", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--warmup", type=int, default=warmup)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--skip-backward", action="store_true")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    return a, load_problem(a.problem), load_ours(a.ours)
 
 
 def load_ours(path):

@@ -12,7 +12,6 @@ forward+backward (autograd, gradients for cum_scores, transition and duration), 
 gradient with respect to scores) and the duration gradient with ours.
 """
 
-import argparse
 import sys
 
 import torch
@@ -21,22 +20,11 @@ import common
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--problem", required=True)
-    ap.add_argument("--ours", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--skip-backward", action="store_true")
-    a = ap.parse_args()
+    a, p, ours = common.setup(repeats=5, warmup=1)
 
     import flash_semicrf
     from flash_semicrf.streaming import semi_crf_streaming_forward
 
-    torch.set_num_threads(a.threads)
-    p = common.load_problem(a.problem)
-    ours = common.load_ours(a.ours)
     B, T, C = p["scores"].shape
     K = p["K"]
     cum = torch.zeros(B, T + 1, C, dtype=torch.float64)

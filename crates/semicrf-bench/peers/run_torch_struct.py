@@ -14,7 +14,6 @@ with weight one), as flash-semicrf's. PyPI's 0.5 only ships the binary-tree algo
 position marginals (summed from the edge marginals) with ours.
 """
 
-import argparse
 import sys
 
 import torch
@@ -51,21 +50,10 @@ def position_marginals(m, K):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--problem", required=True)
-    ap.add_argument("--ours", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--skip-backward", action="store_true")
-    a = ap.parse_args()
+    a, p, ours = common.setup(repeats=3, warmup=0)
 
     from torch_struct import LogSemiring, SemiMarkov
 
-    torch.set_num_threads(a.threads)
-    p = common.load_problem(a.problem)
-    ours = common.load_ours(a.ours)
     B, T, C = p["scores"].shape
     K = p["K"]
     edges = edges_of(p)

@@ -5,11 +5,12 @@
 //!   page's test list (T = 1, K = 1, K ≥ T, K > T, C = 1, C not a power of two, ragged lengths
 //!   including 1, `-inf` transitions that forbid most paths, an unreachable label, 2-D and 3-D
 //!   transitions, boundary scores, start and end); [`random_problem`] draws the tensors;
-//!   [`named_cases`] and [`cases`] list them.
+//!   [`named_cases`] and [`cases`] list them; [`wide_spec`] draws longer ones for property
+//!   tests.
 //! - [`Tolerance`] and its constants are the accuracy targets; [`assert_gradients_close`]
 //!   compares every gradient field; [`Worst`] records the worst error a test saw.
-//! - [`alone`] cuts one sequence out of a batch, [`upstream`] draws per-sequence upstream
-//!   gradients, [`with_all_inputs`] fills absent inputs with zeros.
+//! - [`alone`] cuts one sequence out of a batch, [`upstream`] and [`positive_upstream`] draw
+//!   per-sequence upstream gradients, [`with_all_inputs`] fills absent inputs with zeros.
 
 use core::cell::Cell;
 
@@ -86,6 +87,18 @@ impl GenSpec {
     }
 }
 
+impl GenSpec {
+    /// The same description with every optional input drawn and ragged lengths: begin and
+    /// end boundaries, start and end scores.
+    pub fn everything(mut self) -> Self {
+        self.ragged = true;
+        self.boundaries = true;
+        self.start = true;
+        self.end = true;
+        self
+    }
+}
+
 /// A seeded generator (ChaCha8, reproducible across platforms).
 pub fn rng(seed: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(seed)
@@ -130,6 +143,21 @@ pub fn random_spec(seed: u64) -> GenSpec {
         forbid_scores: *pick(&mut r, &[0.0, 0.0, 0.0, 0.2]),
         unreachable_label: labels > 1 && r.random_bool(0.15),
     }
+}
+
+/// A problem description for property tests, beyond what brute force can enumerate:
+/// [`random_spec`] pushed to longer sequences (`T` up to 40, `K` in `{1, 3, 8, T, T + 5}`),
+/// up to 6 labels and scores up to `1e4` in magnitude, with its `-inf` transitions, lengths
+/// of 1 and unreachable labels.
+pub fn wide_spec(seed: u64) -> GenSpec {
+    let mut g = random_spec(seed);
+    let r = |k: u64| (seed.wrapping_mul(6364136223846793005).wrapping_add(k) >> 33) as usize;
+    g.len = [1, 2, 5, 17, 40][r(1) % 5];
+    g.max_duration = [1, 3, 8, g.len, g.len + 5][r(2) % 5];
+    g.labels = [1, 2, 3, 6][r(3) % 4];
+    g.scale = [1.0, 50.0, 1e3, 1e4][r(4) % 4];
+    g.unreachable_label &= g.labels > 1;
+    g
 }
 
 fn pick<'a, T>(r: &mut impl RngCore, xs: &'a [T]) -> &'a T {
@@ -312,6 +340,15 @@ pub fn upstream(seed: u64, batch: usize) -> Vec<f64> {
             }
         })
         .collect()
+}
+
+/// Per-sequence upstream gradients in `[0.5, 1.5]`: for comparisons whose tolerance is
+/// relative to the result itself, which mixed signs would defeat (a shared-parameter
+/// gradient `Σ_b g_b · count_b` cancels when the `g_b` differ in sign, while its rounding
+/// error does not).
+pub fn positive_upstream(seed: u64, batch: usize) -> Vec<f64> {
+    let mut r = rng(seed ^ 0x9051);
+    (0..batch).map(|_| r.random_range(0.5..=1.5)).collect()
 }
 
 /// The same problem with absent transition, duration, start and end filled with zeros, so

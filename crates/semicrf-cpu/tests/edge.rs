@@ -38,11 +38,7 @@ fn everything<E: Engine<f64>>(e: &E, p: &Problem<'_, f64>, up: &[f64]) -> String
 
 #[test]
 fn every_checkpoint_interval_gives_the_exact_engines_results_bitwise() {
-    let mut g = GenSpec::new(3, 23, 4, 3);
-    g.ragged = true;
-    g.boundaries = true;
-    g.start = true;
-    g.end = true;
+    let mut g = GenSpec::new(3, 23, 4, 3).everything();
     g.forbid_scores = 0.05;
     for tk in [TransitionKind::Static, TransitionKind::DurationDependent] {
         g.transition = tk;

@@ -16,40 +16,57 @@ pub struct LogSemiring;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MaxSemiring;
 
+/// The operations the log and max semirings share: elements are `f64` log-weights, `⊗` is
+/// `+` and a potential is its own element.
+macro_rules! log_weight_elements {
+    () => {
+        const WIDTH: usize = 1;
+        type Value = f64;
+
+        #[inline(always)]
+        fn zero() -> f64 {
+            f64::NEG_INFINITY
+        }
+        #[inline(always)]
+        fn one() -> f64 {
+            0.0
+        }
+        #[inline(always)]
+        fn times(a: f64, b: f64) -> f64 {
+            a + b
+        }
+        #[inline(always)]
+        fn lift(theta: f64) -> f64 {
+            theta
+        }
+        #[inline(always)]
+        fn shift(v: f64, theta: f64) -> f64 {
+            v + theta
+        }
+        #[inline(always)]
+        fn weight(v: f64) -> f64 {
+            v
+        }
+        #[inline(always)]
+        fn to_words(v: f64, out: &mut [f64]) {
+            out[0] = v;
+        }
+        #[inline(always)]
+        fn from_words(words: &[f64]) -> f64 {
+            words[0]
+        }
+    };
+}
+
 impl Semiring for LogSemiring {
     const NAME: &'static str = "log";
-    const WIDTH: usize = 1;
-    type Value = f64;
+    log_weight_elements!();
     type Ring = LinearRing;
     type Matrix = LinearMatrix;
 
     #[inline(always)]
-    fn zero() -> f64 {
-        f64::NEG_INFINITY
-    }
-    #[inline(always)]
-    fn one() -> f64 {
-        0.0
-    }
-    #[inline(always)]
     fn plus(a: f64, b: f64) -> f64 {
         log_add_exp(a, b)
-    }
-    #[inline(always)]
-    fn times(a: f64, b: f64) -> f64 {
-        a + b
-    }
-    #[inline(always)]
-    fn lift(theta: f64) -> f64 {
-        theta
-    }
-    #[inline(always)]
-    fn shift(v: f64, theta: f64) -> f64 {
-        v + theta
-    }
-    #[inline(always)]
-    fn weight(v: f64) -> f64 {
-        v
     }
     /// Max-shifted log-sum-exp, `-inf` when the maximum is `-inf`; `xs` is left as it is.
     /// [`sum_exp_shifted`] sums with the library `exp` and four accumulators in a fixed order.
@@ -66,50 +83,17 @@ impl Semiring for LogSemiring {
         let n = xs.len().min(ws.len());
         lse_add(&xs[..n], &ws[..n], &mut buf[..n]).0
     }
-    #[inline(always)]
-    fn to_words(v: f64, out: &mut [f64]) {
-        out[0] = v;
-    }
-    #[inline(always)]
-    fn from_words(words: &[f64]) -> f64 {
-        words[0]
-    }
 }
 
 impl Semiring for MaxSemiring {
     const NAME: &'static str = "max";
-    const WIDTH: usize = 1;
-    type Value = f64;
+    log_weight_elements!();
     type Ring = PlainRing<MaxSemiring>;
     type Matrix = PlainMatrix<MaxSemiring>;
 
     #[inline(always)]
-    fn zero() -> f64 {
-        f64::NEG_INFINITY
-    }
-    #[inline(always)]
-    fn one() -> f64 {
-        0.0
-    }
-    #[inline(always)]
     fn plus(a: f64, b: f64) -> f64 {
         if b > a { b } else { a }
-    }
-    #[inline(always)]
-    fn times(a: f64, b: f64) -> f64 {
-        a + b
-    }
-    #[inline(always)]
-    fn lift(theta: f64) -> f64 {
-        theta
-    }
-    #[inline(always)]
-    fn shift(v: f64, theta: f64) -> f64 {
-        v + theta
-    }
-    #[inline(always)]
-    fn weight(v: f64) -> f64 {
-        v
     }
     #[inline]
     fn sum(xs: &mut [f64]) -> f64 {
@@ -119,13 +103,5 @@ impl Semiring for MaxSemiring {
     fn sum_shifted(xs: &[f64], ws: &[f64], buf: &mut [f64]) -> f64 {
         let n = xs.len().min(ws.len());
         add_max(&xs[..n], &ws[..n], &mut buf[..n])
-    }
-    #[inline(always)]
-    fn to_words(v: f64, out: &mut [f64]) {
-        out[0] = v;
-    }
-    #[inline(always)]
-    fn from_words(words: &[f64]) -> f64 {
-        words[0]
     }
 }

@@ -330,45 +330,41 @@ pub(crate) fn backward<M: Sink>(
             let nd = k.min(len - s);
             {
                 let lanes = sink.lanes();
-                // Pass 1: per source label i, the max over (d, j) of E + β_{s+d}(j).
+                // Pass 1: x = E + β_{s+d}(j) into `mu`, and per source label i the max over
+                // (d, j) of x (a lane after β = -inf holds -inf: it contributes nothing).
                 mx.fill(NEG);
                 for d in 1..=nd {
                     let b_row = &beta[((s + d) % k) * c..][..c];
                     for (j, &bj) in b_row.iter().enumerate() {
+                        let out = &mut mu[(d - 1) * cc + j * c..][..c];
                         if bj == NEG {
+                            out.fill(NEG);
                             continue;
                         }
                         let w = lanes.lane(s, d, j, &mut lane_buf);
-                        for (m, &x) in mx.iter_mut().zip(w) {
+                        for ((o, m), &x) in out.iter_mut().zip(mx.iter_mut()).zip(w) {
                             let x = x.as_f64() + bj;
+                            *o = x;
                             if x > *m {
                                 *m = x;
                             }
                         }
                     }
                 }
-                // The shift keeps exp(x - shift) finite, and exactly zero where every term
-                // is -inf (no `-inf - -inf`).
-                for (sh, &m) in shift.iter_mut().zip(&mx) {
-                    *sh = if m == NEG { 0.0 } else { m };
-                }
-                // Pass 2: exp(x - max) into `mu`, summed into `acc`.
-                mu.fill(0.0);
-                acc.fill(0.0);
-                for d in 1..=nd {
-                    let b_row = &beta[((s + d) % k) * c..][..c];
-                    for (j, &bj) in b_row.iter().enumerate() {
-                        if bj == NEG {
-                            continue;
-                        }
-                        let w = lanes.lane(s, d, j, &mut lane_buf);
-                        let out = &mut mu[(d - 1) * cc + j * c..][..c];
-                        for i in 0..c {
-                            let v = exp_fast(w[i].as_f64() + bj - shift[i]);
-                            out[i] = v;
-                            acc[i] += v;
-                        }
-                    }
+                mu[nd * cc..].fill(0.0);
+            }
+            // The shift keeps exp(x - shift) finite, and exactly zero where every term is
+            // -inf (no `-inf - -inf`).
+            for (sh, &m) in shift.iter_mut().zip(&mx) {
+                *sh = if m == NEG { 0.0 } else { m };
+            }
+            // Pass 2: exp(x - max) in place, summed into `acc`.
+            acc.fill(0.0);
+            for block in mu[..nd * cc].chunks_exact_mut(c) {
+                for i in 0..c {
+                    let v = exp_fast(block[i] - shift[i]);
+                    block[i] = v;
+                    acc[i] += v;
                 }
             }
             // β_s(i) = max_i + ln Σ, and μ = exp(x - max_i) · exp(α_s(i) + max_i - log Z).
