@@ -11,7 +11,7 @@ use semicrf_core::{
 /// Any engine this build of semicrf can run: the one enum boundary between run-time choice
 /// (a device and an algorithm) and the engines' monomorphised code.
 ///
-/// [`SemiCrf`] picks one for every call; use it directly to loop over engines, e.g. in a
+/// [`SemiCrf`](crate::SemiCrf) picks one for every call; use it directly to loop over engines, e.g. in a
 /// harness that compares them.
 ///
 /// ```
@@ -73,7 +73,7 @@ macro_rules! dispatch {
 }
 
 impl AnyEngine {
-    /// The engine of `algorithm` on `device`, or [`Error::BackendUnavailable`] when that
+    /// The engine of `algorithm` on `device`, or [`Error::BackendUnavailable`](crate::Error::BackendUnavailable) when that
     /// device is not compiled in.
     pub fn new(
         device: Device,

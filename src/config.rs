@@ -74,7 +74,7 @@ impl FromStr for Backend {
     }
 }
 
-/// How a [`SemiCrf`] runs requests: backend, device, memory budget and threading.
+/// How a [`SemiCrf`](crate::SemiCrf) runs requests: backend, device, memory budget and threading.
 ///
 /// ```
 /// use semicrf::{Backend, Config, Device, Parallelism, DEFAULT_MEMORY_BUDGET};
@@ -123,7 +123,7 @@ impl Config {
         self
     }
     /// Sets the memory budget in bytes: the most working memory one call may need, as
-    /// estimated by [`EngineInfo::memory_required`] before anything is allocated (default
+    /// estimated by [`EngineInfo::memory_required`](crate::EngineInfo::memory_required) before anything is allocated (default
     /// [`DEFAULT_MEMORY_BUDGET`]). A forced backend is checked against it too.
     pub fn memory_budget(mut self, bytes: u64) -> Self {
         self.memory_budget = bytes;

@@ -283,30 +283,9 @@ const PER_SEQUENCE: usize = 128;
 const FIXED: usize = 64 * 1024;
 
 /// Working memory of the edge program for `query` with checkpoint interval `delta` (for the
-/// padded length `T`), beyond inputs and returned outputs. With `K'` as in
-/// [`kept_durations`], `P` the sequences in flight (1 when sequential, else
-/// `min(B, threads)`), `W` the semiring's width in words, `w` the input element size, `Δ' =
-/// min(Δ, T)` and `n = ⌈T/Δ'⌉`, in `f64` words unless marked:
-///
-/// ```text
-/// M   = T·K'·C²                       one sequence's materialised edges (structured input)
-/// F   = W·(2·K'·C + C) + w·C bytes    forward: ring, row, gathered terms, lane buffer
-/// V   = 2·K'·C + C + 4·T·C bytes + w·C bytes   Viterbi: ring, row, u32 backpointers, lane
-/// Bw  = (n + 3)·K'·C + (Δ' + K')·C + K'·C² + 7·C + 2·w·C bytes
-///                                     backward: checkpoints, rings, interval rows, one start's
-///                                     marginals, per-label rows, lane buffers
-/// G   = 3·T·C + K'·C + 2·C + C²·(K' for a (K, C, C) transition, else 1) + T
-///                                     one sequence's pulled-back gradient and boundary row
-///
-/// forward    P·(M + F)                      + B·128 + 64 KiB
-/// viterbi    P·(M + V)                      + B·128 + 64 KiB
-/// backward   P·(M + Bw + (T + 2)·C + T)     + B·(G + 128) + 64 KiB   structured input
-/// backward   P·Bw                           + B·128 + 64 KiB         edge input
-/// ```
-///
-/// For structured backward, the extra `(T + 2)·C` is the pull-back's difference array and
-/// running row, and the per-sequence gradients of the whole batch are held until they are
-/// summed in batch order.
+/// padded length `T`), beyond inputs and returned outputs, in checked arithmetic: the
+/// formula documented on [`ExactEngine`](crate::ExactEngine)'s `memory_required` (the exact
+/// engine passes `Δ = T`, the scan engine its checkpoint interval).
 pub(crate) fn memory(backend: &str, query: &Query, par: Parallelism, delta: usize) -> Result<u64> {
     let sh = query.shape;
     let (b, t, c) = (sh.batch, sh.len, sh.labels);
