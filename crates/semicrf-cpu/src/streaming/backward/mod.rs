@@ -107,6 +107,9 @@ pub(crate) trait Outside: Sized + Send {
         parts: &mut Partials,
         pos: &mut [f64],
     );
+    /// After the last step (`s = 0`): anything the state still holds for the position
+    /// marginals' differences goes into them.
+    fn finish(&mut self, _pos: &mut [f64]) {}
     fn common(&self) -> &Common;
 }
 
@@ -396,6 +399,7 @@ pub(crate) fn backward<Fw: Forward<LogSemiring>, Bw: Outside, F: Scalar>(
             recompute(&mut f, n - 1, &mut cur);
         }
     }
+    bw.finish(pos_out);
     // Position marginals: prefix sums of the differences, scaled by g.
     let mut run = vec![0.0; c];
     for t in 0..len {

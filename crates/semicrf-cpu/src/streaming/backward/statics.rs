@@ -14,6 +14,11 @@ use crate::streaming::params::Params;
 pub(crate) struct StaticBwd {
     cm: Common,
     ring: LinearRing,
+    /// Pending subtractions from the position marginals' differences, label-major and
+    /// doubled like a ring (`ends[j*2K + e mod K]` and `+ K`): the segments that start at `s`
+    /// end at `s+1 ..= s+K`, one contiguous slice per label; a position is flushed into the
+    /// output once no later step can reach it (see [`StaticBwd::flush`]).
+    ends: Vec<f64>,
     gamma: Vec<f64>,
     first: Vec<usize>,
     n: Vec<usize>,
@@ -26,6 +31,23 @@ pub(crate) struct StaticBwd {
 }
 
 impl StaticBwd {
+    /// Moves the pending subtractions of position `e` (both copies of its slot) into the
+    /// position marginals' differences.
+    fn flush(&mut self, e: usize, pos: &mut [f64]) {
+        let (k, c) = (self.cm.k, self.cm.c);
+        if e >= self.cm.len {
+            return;
+        }
+        let slot = e % k;
+        for j in 0..c {
+            let a = j * 2 * k + slot;
+            let v = self.ends[a] + self.ends[a + k];
+            self.ends[a] = 0.0;
+            self.ends[a + k] = 0.0;
+            pos[e * c + j] -= v;
+        }
+    }
+
     /// `γ_s(j)`, its duration marginals and `bgn[j]`, exactly in the log domain.
     #[allow(clippy::too_many_arguments)]
     fn gamma_exact(
@@ -38,9 +60,8 @@ impl StaticBwd {
         w: &LinearWeights,
         log_z: f64,
         parts: &mut Partials,
-        pos: &mut [f64],
     ) {
-        let (k, c, len) = (self.cm.k, self.cm.c, self.cm.len);
+        let (k, len) = (self.cm.k, self.cm.len);
         let buf = &mut self.buf[..n];
         let (l, m, _) = lse_add(self.ring.log_window(j, s + 1, n), w.raw(j, n), buf);
         if m == NEG {
@@ -50,13 +71,14 @@ impl StaticBwd {
         let scale = (u + q + m - log_z).exp();
         if scale > 0.0 {
             let dg = &mut parts.dur[j * k..j * k + n];
+            let off = j * 2 * k + (s + 1) % k;
             let mut tot = 0.0;
             for d in 0..n {
                 let mu = buf[d] * scale;
                 dg[d] += mu;
                 tot += mu;
                 if s + d + 1 < len {
-                    pos[(s + d + 1) * c + j] -= mu;
+                    self.ends[off + d] += mu;
                 }
             }
             self.cm.bgn[j] = tot;
@@ -115,6 +137,7 @@ impl Outside for StaticBwd {
         StaticBwd {
             cm: Common::new(k, c, len),
             ring: LinearRing::new(k, c),
+            ends: vec![0.0; 2 * k * c],
             gamma: vec![NEG; c],
             first: vec![0; c],
             n: vec![0; c],
@@ -127,7 +150,7 @@ impl Outside for StaticBwd {
         }
     }
     fn words(k: usize, c: usize) -> usize {
-        Common::words(c) + LinearRing::words(k, c) + 8 * c + k.max(c)
+        Common::words(c) + LinearRing::words(k, c) + 2 * k * c + 8 * c + k.max(c)
     }
 
     fn init<F: Scalar>(
@@ -154,6 +177,8 @@ impl Outside for StaticBwd {
     ) {
         let (k, c, len, s) = (self.cm.k, self.cm.c, self.cm.len, at.s);
         let (w, rows) = shared;
+        // No step from here down reaches position s+K+1 any more.
+        self.flush(s + k + 1, pos);
         let ring = &mut self.ring;
         self.cm.see_scores(s, at.pref, seq, |j, d| ring.shift(j, d));
         seq.bb_row(s, &mut self.cm.row);
@@ -193,7 +218,7 @@ impl Outside for StaticBwd {
             }
             let q = self.cm.row[j] - at.pref[j];
             if self.exact[j] {
-                self.gamma_exact(j, s, n, q, at.u[j], w, log_z, parts, pos);
+                self.gamma_exact(j, s, n, q, at.u[j], w, log_z, parts);
                 continue;
             }
             self.gamma[j] = self.ring.reference(j) + w.max(j) + self.lns[j] + q;
@@ -210,11 +235,9 @@ impl Outside for StaticBwd {
                     dg[d] += mu[d];
                 }
                 let m = n.min(len - s - 1);
-                if m > 0 {
-                    let tail = &mut pos[(s + 1) * c + j..];
-                    for (p, &x) in tail.iter_mut().step_by(c).zip(&mu[..m]) {
-                        *p -= x;
-                    }
+                let off = j * 2 * k + (s + 1) % k;
+                for (e, &x) in self.ends[off..off + m].iter_mut().zip(&mu[..m]) {
+                    *e += x;
                 }
                 self.cm.bgn[j] = f * self.sums[j];
             }
@@ -273,6 +296,12 @@ impl Outside for StaticBwd {
             }
         }
         self.ring.push(s, &self.cm.row2);
+    }
+
+    fn finish(&mut self, pos: &mut [f64]) {
+        for e in 1..=self.cm.k {
+            self.flush(e, pos);
+        }
     }
 
     fn common(&self) -> &Common {
