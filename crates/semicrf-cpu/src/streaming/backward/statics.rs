@@ -54,6 +54,7 @@ impl StaticBwd {
         &mut self,
         j: usize,
         s: usize,
+        eslot: usize,
         n: usize,
         q: f64,
         u: f64,
@@ -71,7 +72,7 @@ impl StaticBwd {
         let scale = (u + q + m - log_z).exp();
         if scale > 0.0 {
             let dg = &mut parts.dur[j * k..j * k + n];
-            let off = j * 2 * k + (s + 1) % k;
+            let off = j * 2 * k + eslot;
             let mut tot = 0.0;
             for d in 0..n {
                 let mu = buf[d] * scale;
@@ -177,6 +178,8 @@ impl Outside for StaticBwd {
     ) {
         let (k, c, len, s) = (self.cm.k, self.cm.c, self.cm.len, at.s);
         let (w, rows) = shared;
+        // The slot of position s+1 in the ring of pending position-marginal subtractions.
+        let eslot = (s + 1) % k;
         // No step from here down reaches position s+K+1 any more.
         self.flush(s + k + 1, pos);
         let ring = &mut self.ring;
@@ -218,7 +221,7 @@ impl Outside for StaticBwd {
             }
             let q = self.cm.row[j] - at.pref[j];
             if self.exact[j] {
-                self.gamma_exact(j, s, n, q, at.u[j], w, log_z, parts);
+                self.gamma_exact(j, s, eslot, n, q, at.u[j], w, log_z, parts);
                 continue;
             }
             self.gamma[j] = self.ring.reference(j) + w.max(j) + self.lns[j] + q;
@@ -228,16 +231,17 @@ impl Outside for StaticBwd {
                 let lin = self.ring.linear_window(j, s + 1, n);
                 let dg = &mut parts.dur[j * k..j * k + n];
                 // A segment of duration d+1 covers s..s+d+1: it leaves the position
-                // marginals (kept as differences until the end) at s+d+1.
-                let mu = &mut self.buf[..n];
-                for d in 0..n {
-                    mu[d] = f * (lin[d] * dl[d]);
-                    dg[d] += mu[d];
-                }
+                // marginals (kept as differences until the end) at s+d+1, through the ring.
                 let m = n.min(len - s - 1);
-                let off = j * 2 * k + (s + 1) % k;
-                for (e, &x) in self.ends[off..off + m].iter_mut().zip(&mu[..m]) {
-                    *e += x;
+                let off = j * 2 * k + eslot;
+                let ends = &mut self.ends[off..off + m];
+                for d in 0..m {
+                    let mu = f * (lin[d] * dl[d]);
+                    dg[d] += mu;
+                    ends[d] += mu;
+                }
+                for d in m..n {
+                    dg[d] += f * (lin[d] * dl[d]);
                 }
                 self.cm.bgn[j] = f * self.sums[j];
             }
