@@ -1,5 +1,5 @@
 //! Quick start: run the semicrf facade on a small problem and print log Z, the Viterbi
-//! segments and the marginals.
+//! segments, the entropy of the posterior and the marginals.
 //!
 //! ```text
 //! cargo run --release --example quickstart
@@ -47,11 +47,16 @@ fn main() -> Result<(), semicrf::Error> {
 
     let log_z = crf.log_partition(&problem)?;
     let best = crf.viterbi(&problem)?;
+    let entropy = crf.entropy(&problem)?;
     let marginals = crf.marginals(&problem)?;
     for (b, &len) in lengths.iter().enumerate() {
         println!("\nsequence {b} (length {len})");
         println!("  log Z         = {:.6}", log_z[b]);
         println!("  Viterbi score = {:.6}", best[b].score);
+        println!(
+            "  entropy       = {:.6} nats (of the posterior over segmentations)",
+            entropy[b]
+        );
         let segments: Vec<String> = best[b]
             .segments
             .iter()
