@@ -178,11 +178,14 @@ impl LinearRing {
         sums: &mut [f64],
         exact: &mut [bool],
     ) {
-        for j in 0..self.c {
+        let c = self.c;
+        let (first, len, sums, exact) = (&first[..c], &len[..c], &mut sums[..c], &mut exact[..c]);
+        let wmax = &w.max[..c];
+        for j in 0..c {
             let n = len[j];
             sums[j] = 1.0;
             exact[j] = false;
-            if n == 0 || w.max[j] == NEG {
+            if n == 0 || wmax[j] == NEG {
                 continue;
             }
             let stale = self.stale[j];
@@ -275,15 +278,17 @@ impl Ring<LogSemiring> for LinearRing {
         let mut exact = core::mem::take(&mut self.exact);
         self.linear_sums(first, len, w, &mut sums, &mut exact);
         ln_in_place(&mut sums);
-        for j in 0..self.c {
+        let c = self.c;
+        let (first, len, out, wmax) = (&first[..c], &len[..c], &mut out[..c], &w.max[..c]);
+        for j in 0..c {
             let n = len[j];
-            out[j] = if n == 0 || w.max[j] == NEG {
+            out[j] = if n == 0 || wmax[j] == NEG {
                 NEG
             } else if exact[j] {
                 let r = self.cached_range(j, first[j], n);
                 lse_add(&self.log[r], w.raw(j, n), &mut self.buf[..n]).0
             } else {
-                self.rho[j] + w.max[j] + sums[j]
+                self.rho[j] + wmax[j] + sums[j]
             };
         }
         self.sums = sums;

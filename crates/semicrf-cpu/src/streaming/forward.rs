@@ -63,10 +63,10 @@ impl<S: Semiring> StaticFwd<S> {
     /// The windows of `α_p`: for every label the last `min(K, p - z_j)` starts.
     #[inline]
     pub(super) fn windows(&mut self, p: usize) {
-        for j in 0..self.c {
-            let n = self.k.min(p - self.prefix.z[j]);
-            self.len[j] = n;
-            self.first[j] = p - n;
+        let k = self.k;
+        for ((z, n), f) in self.prefix.z.iter().zip(&mut self.len).zip(&mut self.first) {
+            *n = k.min(p - z);
+            *f = p - *n;
         }
     }
 
@@ -74,8 +74,9 @@ impl<S: Semiring> StaticFwd<S> {
     #[inline]
     pub(super) fn push<F: Scalar>(&mut self, p: usize, seq: &SeqIn<'_, F>) {
         seq.bb_row(p, &mut self.row);
-        for j in 0..self.c {
-            self.v[j] = S::shift(self.u[j], self.row[j] - self.prefix.pref[j]);
+        let rows = self.row.iter().zip(&self.prefix.pref);
+        for ((v, &u), (&bb, &pref)) in self.v.iter_mut().zip(&self.u).zip(rows) {
+            *v = S::shift(u, bb - pref);
         }
         self.ring.push(p, &self.v);
         let ring = &mut self.ring;
@@ -125,8 +126,9 @@ impl<S: Semiring> Forward<S> for StaticFwd<S> {
             self.windows(p);
             self.ring
                 .sums(&self.first, &self.len, &par.weights, &mut self.alpha);
-            for j in 0..self.c {
-                self.alpha[j] = S::shift(self.alpha[j], self.prefix.pref[j] + self.row[j]);
+            let rows = self.prefix.pref.iter().zip(&self.row);
+            for (a, (&pref, &eb)) in self.alpha.iter_mut().zip(rows) {
+                *a = S::shift(*a, pref + eb);
             }
             if p == seq.len {
                 return;
