@@ -919,30 +919,51 @@ fn streaming(par: Parallelism) -> StreamingEngine {
 /// Stamps every check for one engine constructor into a module of tests.
 macro_rules! conformance {
     ($module:ident, $make:expr) => {
+        conformance!($module, $make, || true);
+    };
+    ($module:ident, $make:expr, $ready:expr) => {
         mod $module {
             use super::*;
             #[test]
             fn forward_viterbi_and_entropy_match_brute_force() {
+                if !$ready() {
+                    return;
+                }
                 super::forward_viterbi_and_entropy_match_brute_force(&$make(Parallelism::Rayon));
             }
             #[test]
             fn gradients_and_marginals_match_the_reference() {
+                if !$ready() {
+                    return;
+                }
                 super::gradients_and_marginals_match_the_reference(&$make(Parallelism::Rayon));
             }
             #[test]
             fn gradients_match_central_finite_differences() {
+                if !$ready() {
+                    return;
+                }
                 super::gradients_match_central_finite_differences(&$make(Parallelism::Rayon));
             }
             #[test]
             fn nll_is_nonnegative_for_random_gold_segmentations() {
+                if !$ready() {
+                    return;
+                }
                 super::nll_is_nonnegative_for_random_gold_segmentations(&$make(Parallelism::Rayon));
             }
             #[test]
             fn batched_results_equal_one_at_a_time_results() {
+                if !$ready() {
+                    return;
+                }
                 super::batched_results_equal_one_at_a_time_results(&$make(Parallelism::Rayon));
             }
             #[test]
             fn results_are_bitwise_identical_across_runs_and_thread_counts() {
+                if !$ready() {
+                    return;
+                }
                 super::results_are_bitwise_identical_across_runs_and_thread_counts(
                     &$make(Parallelism::Rayon),
                     &$make(Parallelism::Sequential),
@@ -950,42 +971,66 @@ macro_rules! conformance {
             }
             #[test]
             fn f32_inputs_meet_the_accuracy_targets() {
+                if !$ready() {
+                    return;
+                }
                 super::f32_inputs_meet_the_accuracy_targets(&$make(Parallelism::Rayon));
             }
             #[test]
             fn outputs_are_finite_wherever_log_z_is_finite_on_10000_problems() {
+                if !$ready() {
+                    return;
+                }
                 super::outputs_are_finite_wherever_log_z_is_finite_on_10000_problems(&$make(
                     Parallelism::Rayon,
                 ));
             }
             #[test]
             fn a_long_sequence_in_f32_meets_the_accuracy_targets() {
+                if !$ready() {
+                    return;
+                }
                 super::a_long_sequence_in_f32_meets_the_accuracy_targets(&$make(
                     Parallelism::Rayon,
                 ));
             }
             #[test]
             fn edge_input_matches_brute_force_over_the_virtual_start() {
+                if !$ready() {
+                    return;
+                }
                 super::edge_input_matches_brute_force_over_the_virtual_start(&$make(
                     Parallelism::Rayon,
                 ));
             }
             #[test]
             fn entropy_of_a_long_sequence_is_log_z_minus_the_expected_score() {
+                if !$ready() {
+                    return;
+                }
                 super::entropy_of_a_long_sequence_is_log_z_minus_the_expected_score(&$make(
                     Parallelism::Rayon,
                 ));
             }
             #[test]
             fn viterbi_ties_break_as_the_reference_breaks_them() {
+                if !$ready() {
+                    return;
+                }
                 super::viterbi_ties_break_as_the_reference_breaks_them(&$make(Parallelism::Rayon));
             }
             #[test]
             fn malformed_upstream_gradients_are_typed_errors() {
+                if !$ready() {
+                    return;
+                }
                 super::malformed_upstream_gradients_are_typed_errors(&$make(Parallelism::Rayon));
             }
             #[test]
             fn estimates_at_huge_dimensions_are_typed_answers() {
+                if !$ready() {
+                    return;
+                }
                 super::estimates_at_huge_dimensions_are_typed_answers(&$make(Parallelism::Rayon));
                 super::estimates_at_huge_dimensions_are_typed_answers(&$make(
                     Parallelism::Sequential,
@@ -998,6 +1043,31 @@ macro_rules! conformance {
 conformance!(cpu_exact, exact);
 conformance!(cpu_scan, scan);
 conformance!(cpu_streaming, streaming);
+
+/// The CUDA streaming engine on device 0 (the parallelism argument is the CPU's: ignored).
+#[cfg(feature = "cuda")]
+fn cuda_streaming(_: Parallelism) -> semicrf_cuda::CudaEngine {
+    semicrf_cuda::CudaEngine::new(semicrf_core::Algorithm::Streaming, 0)
+}
+
+/// Whether the CUDA tests can run here: without a usable GPU they are skipped with the
+/// reason printed, unless `SEMICRF_REQUIRE_GPU=1`, which makes that a failure.
+#[cfg(feature = "cuda")]
+fn gpu_ready() -> bool {
+    match cuda_streaming(Parallelism::Rayon).available() {
+        Ok(()) => true,
+        Err(e) if std::env::var("SEMICRF_REQUIRE_GPU").as_deref() == Ok("1") => {
+            panic!("SEMICRF_REQUIRE_GPU=1 but the GPU is unusable: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipped (no usable GPU): {e}");
+            false
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+conformance!(cuda, cuda_streaming, gpu_ready);
 
 /// The oracle's own finite-difference check, so the suite's gradient machinery is known to be
 /// able to fail: a perturbed gradient must be caught.

@@ -213,15 +213,27 @@ fn a_cuda_device_without_the_cuda_feature_is_unavailable() {
 
 #[cfg(feature = "cuda")]
 #[test]
-fn a_cuda_device_reports_that_the_kernels_are_not_implemented() {
-    let owned = plain(1, 4, 2, 2);
+fn a_cuda_device_runs_or_says_why_it_cannot() {
+    let owned = plain(2, 6, 3, 2);
     let problem: Problem<f64> = owned.view().unwrap().into();
     let crf = SemiCrf::with_config(Config::new().device(Device::Cuda(0)));
+    let want = SemiCrf::new().log_partition(&problem).unwrap();
     match crf.log_partition(&problem) {
-        Err(Error::BackendUnavailable { reason, .. }) => {
-            assert!(reason.contains("not implemented"), "{reason}")
+        Ok(z) => {
+            for (a, b) in z.iter().zip(&want) {
+                assert!(close(*a, *b), "{a} vs {b}");
+            }
         }
-        other => panic!("expected BackendUnavailable, got {other:?}"),
+        Err(Error::BackendUnavailable { backend, reason }) => {
+            assert!(backend.starts_with("cuda/"), "{backend}");
+            assert!(!reason.is_empty());
+            assert!(
+                std::env::var("SEMICRF_REQUIRE_GPU").as_deref() != Ok("1"),
+                "SEMICRF_REQUIRE_GPU=1 but {reason}"
+            );
+            eprintln!("skipped (no usable GPU): {reason}");
+        }
+        Err(other) => panic!("expected a result or BackendUnavailable, got {other:?}"),
     }
 }
 

@@ -44,6 +44,8 @@ impl Pass {
 
 /// How an algorithm is benchmarked.
 pub struct Plan<'a> {
+    /// `cpu` or `cuda`: the first part of every id.
+    pub device: &'static str,
     /// `streaming`, `scan`, `exact`.
     pub algo: &'static str,
     /// The engine.
@@ -118,10 +120,11 @@ fn run(engine: &AnyEngine, p: &Problem<'_, f32>, pass: Pass) -> Result<u64, Stri
 pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
     warm_up_threads();
     for pass in [Pass::Forward, Pass::Backward] {
-        let mut group = c.benchmark_group(format!("cpu/{}/{}", plan.algo, pass.label()));
+        let mut group =
+            c.benchmark_group(format!("{}/{}/{}", plan.device, plan.algo, pass.label()));
         for can in CANONICAL.iter().filter(|c| c.id != "S9") {
             let s = can.shape;
-            let id = bench_id("cpu", plan.algo, pass.label(), s);
+            let id = bench_id(plan.device, plan.algo, pass.label(), s);
             if !selected(&id) {
                 continue;
             }
@@ -148,7 +151,8 @@ pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
                 continue;
             }
             let work = (plan.work)(s) * pass.factor();
-            if work > WORK_LIMIT && !full() {
+            // A GPU runs S8 forward+backward in seconds.
+            if work > WORK_LIMIT && !full() && plan.device == "cpu" {
                 eprintln!(
                     "note: {id} ({}) skipped: ~{work:.1e} terms per iteration; \
                      SEMICRF_BENCH_FULL=1 runs it (or see the memory binary)",

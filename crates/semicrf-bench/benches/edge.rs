@@ -9,6 +9,7 @@ use crate::common::{Plan, bench};
 
 fn edge_plan<'a>(algo: &'static str, engine: &'a AnyEngine) -> Plan<'a> {
     Plan {
+        device: "cpu",
         algo,
         engine,
         materialises_edges: true,

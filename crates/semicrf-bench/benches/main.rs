@@ -7,10 +7,11 @@
 //! take minutes (S8 forward+backward). S9 is never run here (see the `memory` binary).
 
 mod common;
+mod cuda;
 mod edge;
 mod streaming;
 
 #[global_allocator]
 static ALLOC: semicrf_bench::alloc::CountingAlloc = semicrf_bench::alloc::CountingAlloc;
 
-criterion::criterion_main!(streaming::streaming, edge::scan, edge::exact);
+criterion::criterion_main!(streaming::streaming, edge::scan, edge::exact, cuda::cuda);

@@ -11,6 +11,7 @@ fn streaming_benches(c: &mut Criterion) {
     bench(
         c,
         &Plan {
+            device: "cpu",
             algo: "streaming",
             engine: &engine,
             materialises_edges: false,

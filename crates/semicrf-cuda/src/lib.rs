@@ -1,17 +1,11 @@
-//! CUDA backends of semicrf — **not implemented yet**.
+//! CUDA backends of semicrf: the streaming algorithm on NVIDIA GPUs, with kernels in CUDA C++
+//! compiled at run time by NVRTC for the device's own architecture.
 //!
-//! This crate will hold the CUDA implementations of the three semicrf algorithms (exact, scan
-//! and streaming), with kernels compiled at run time by NVRTC for the device's own
-//! architecture. Today it only provides [`CudaEngine`], an [`Engine`] whose every method
-//! reports [`Error::BackendUnavailable`] with the reason "the CUDA kernels are not implemented
-//! yet", so that the `semicrf` facade, its CLI and the test suites can already name CUDA
-//! devices and get an honest, typed answer instead of a panic.
-//!
-//! # When not to use it
-//!
-//! For now, always: use the CPU engines of `semicrf-cpu` (through the `semicrf` facade). This
-//! crate never touches the CUDA driver at run time yet, so it is safe to compile into any
-//! binary, on machines with or without a GPU.
+//! [`CudaEngine`] implements the core's [`EngineInfo`] and [`Engine`] traits, so it plugs into
+//! the `semicrf` facade (`Device::Cuda(n)`, the CLI's `--device cuda`) like any CPU engine.
+//! The crate builds on machines with no CUDA toolkit and no GPU: the driver and NVRTC are
+//! loaded when a device is first used, and a machine without them gets
+//! [`Error::BackendUnavailable`] with the reason, never a panic.
 //!
 //! ```
 //! use semicrf_core::{Algorithm, EngineInfo, Error, Form, LogSemiring, Op, Query, Shape};
@@ -25,40 +19,65 @@
 //!     dtype_bytes: 4,
 //!     threads: 1,
 //! };
-//! let err = engine.check(&query).unwrap_err();
-//! assert!(matches!(err, Error::BackendUnavailable { .. }));
+//! match engine.check(&query) {
+//!     Ok(()) => println!("{} is ready", engine.name()),
+//!     Err(Error::BackendUnavailable { reason, .. }) => println!("no GPU here: {reason}"),
+//!     Err(e) => panic!("{e}"),
+//! }
 //! assert_eq!(engine.name(), "cuda:0/streaming");
 //! ```
 //!
-//! # Algorithms
+//! # The streaming kernels
 //!
-//! The planned engines mirror the CPU ones (per sequence):
+//! One thread block per sequence walks the positions in order (the recurrence is sequential
+//! in `t`); inside a position the block works in parallel over labels and durations. Teams of
+//! up to 32 lanes each take a label and split its `K` durations (or its `C` previous labels)
+//! between their lanes, then reduce them with a butterfly of warp shuffles. The semiring
+//! (log, max, entropy) is a template parameter of the kernels; everything is computed in
+//! `f64` whatever the input type, as on the CPU (model page §8).
 //!
-//! | algorithm | input | time | working memory |
-//! |---|---|---|---|
-//! | exact | edges (materialised if structured) | `O(T·K·C²)` | `O(T·K·C²)` edges + `O(T·C)` tables |
-//! | scan | edges (materialised if structured) | `O(T·K·C²)` | edges + `O(K·C)` ring, checkpoints |
-//! | streaming | structured | `O(T·C·(C+K))` (2-D transition) | `O(K·C + sqrt(T·K)·C)` |
+//! | operation | time per sequence | device memory |
+//! |---|---|---|
+//! | forward, static transition | `O(T·C·(C+K))` | inputs + `O(K·C)` per sequence |
+//! | forward, `(K, C, C)` transition | `O(T·K·C²)` | inputs + `O(K·C)` per sequence |
+//! | Viterbi | the forward | + `8·(T+1)·C` bytes of backpointers per sequence |
+//! | forward + backward | about 3× the forward | + `O(T·C)` per sequence (saved `α`, `u`, outputs) |
 //!
-//! # Crate features
+//! The backward pass keeps the forward's `α` (and `u`) for every position instead of
+//! recomputing them, which a GPU's memory affords; [`EngineInfo::memory_required`] gives the
+//! exact byte count, an upper bound of what a call allocates.
 //!
-//! None. The crate has no CUDA dependency yet: it builds anywhere, without a CUDA toolkit or
-//! a GPU.
+//! **Determinism.** Every reduction has a fixed order (lanes in index order, then a fixed
+//! butterfly), every accumulator of a gradient is owned by one thread for the whole pass, and
+//! the batch is summed on the host in ascending order: results are bitwise identical from run
+//! to run. No float atomics are used.
+//!
+//! # Not implemented yet
+//!
+//! The exact and scan algorithms (edge input) on the GPU: [`CudaEngine::check`] reports
+//! [`Error::BackendUnavailable`] for them, so auto-selection moves on.
+//!
+//! [`CudaEngine::check`]: EngineInfo::check
 #![deny(missing_docs)]
 
+mod device;
+mod streaming;
+
 use semicrf_core::{
-    Algorithm, Backward, Decoded, Device, Engine, EngineInfo, Error, Problem, Query, Result,
-    Scalar, Semiring,
+    Algorithm, Backward, Decoded, Device, Engine, EngineInfo, Error, Form, Op, Potentials, Problem,
+    Query, Result, Scalar, Semiring,
 };
 
-/// Why every [`CudaEngine`] request fails today.
-pub const NOT_IMPLEMENTED: &str = "the CUDA kernels are not implemented yet";
+use streaming::{Ring, What};
+
+/// Why the exact and scan algorithms are unavailable on CUDA.
+pub const NOT_IMPLEMENTED: &str = "the CUDA exact and scan kernels are not implemented yet";
 
 /// One algorithm on one CUDA device.
 ///
-/// Every method returns [`Error::BackendUnavailable`] (backend `cuda/<algorithm>`, reason
-/// [`NOT_IMPLEMENTED`]); [`EngineInfo::check`] does so too, so the selector skips it with
-/// that reason. No driver call is made.
+/// Only [`Algorithm::Streaming`] runs; the others report [`Error::BackendUnavailable`] with
+/// the reason [`NOT_IMPLEMENTED`]. The device is opened (driver loaded, kernels compiled) on
+/// first use and kept for the life of the process; calls on one device are serialised.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaEngine {
     algorithm: Algorithm,
@@ -76,11 +95,49 @@ impl CudaEngine {
         self.ordinal
     }
 
-    /// The error every request gets.
-    pub fn unavailable(&self) -> Error {
-        Error::BackendUnavailable {
-            backend: format!("cuda/{}", self.algorithm),
-            reason: NOT_IMPLEMENTED.into(),
+    /// Whether this machine can run this engine, with the reason when it cannot: a CUDA
+    /// driver, NVRTC and the device are there and the kernels compiled.
+    pub fn available(&self) -> Result<()> {
+        self.gpu().map(|_| ())
+    }
+
+    fn backend(&self) -> String {
+        format!("cuda/{}", self.algorithm)
+    }
+
+    fn gpu(&self) -> Result<std::sync::Arc<device::Gpu>> {
+        if self.algorithm != Algorithm::Streaming {
+            return Err(Error::BackendUnavailable {
+                backend: self.backend(),
+                reason: NOT_IMPLEMENTED.into(),
+            });
+        }
+        device::gpu(self.ordinal, &self.backend())
+    }
+
+    fn structured<'p, 'a, F>(&self, problem: &'p Problem<'a, F>) -> Result<&'p Potentials<'a, F>> {
+        match problem {
+            Problem::Structured(p) => Ok(p),
+            Problem::Edges(_) => Err(self.edges_unsupported()),
+        }
+    }
+
+    fn edges_unsupported(&self) -> Error {
+        Error::Unsupported {
+            backend: self.backend(),
+            what: "edge input (the streaming algorithm takes structured potentials)".into(),
+        }
+    }
+
+    fn ring<S: Semiring>(&self) -> Result<Ring> {
+        match S::NAME {
+            "log" => Ok(Ring::Log),
+            "max" => Ok(Ring::Max),
+            "entropy" => Ok(Ring::Entropy),
+            other => Err(Error::Unsupported {
+                backend: self.backend(),
+                what: format!("the {other} semiring (log, max and entropy have kernels)"),
+            }),
         }
     }
 }
@@ -92,30 +149,81 @@ impl EngineInfo for CudaEngine {
     fn device(&self) -> Device {
         Device::Cuda(self.ordinal)
     }
-    fn check(&self, _query: &Query) -> Result<()> {
-        Err(self.unavailable())
+    /// Streaming only, structured input only, the log, max and entropy semirings; the device
+    /// must be usable and have the free memory the call needs.
+    fn check(&self, query: &Query) -> Result<()> {
+        let gpu = self.gpu()?;
+        if query.form == Form::Edges {
+            return Err(self.edges_unsupported());
+        }
+        if let Op::Forward(info) = query.op
+            && !["log", "max", "entropy"].contains(&info.name)
+        {
+            return Err(Error::Unsupported {
+                backend: self.backend(),
+                what: format!("the {} semiring", info.name),
+            });
+        }
+        let need = self.memory_required(query)?;
+        let (free, _) = gpu
+            .ctx
+            .mem_get_info()
+            .map_err(|e| device::driver(&self.backend(), e))?;
+        if need > free as u64 {
+            return Err(Error::Unsupported {
+                backend: self.backend(),
+                what: format!(
+                    "{} (it needs {need} bytes of device memory, {free} are free)",
+                    query.shape
+                ),
+            });
+        }
+        Ok(())
     }
-    fn memory_required(&self, _query: &Query) -> Result<u64> {
-        Err(self.unavailable())
+    /// Device bytes the call allocates: the inputs in `f64` (both boundaries counted), the
+    /// rings, and for the backward pass the saved tables and the outputs.
+    fn memory_required(&self, query: &Query) -> Result<u64> {
+        let dd = matches!(
+            query.form,
+            Form::Structured {
+                duration_dependent_transition: true
+            }
+        );
+        let what = match query.op {
+            Op::Forward(info) if info.name == "entropy" => What::Forward(Ring::Entropy),
+            Op::Forward(_) => What::Forward(Ring::Log),
+            Op::Backward => What::Backward,
+            Op::Viterbi => What::Viterbi,
+        };
+        streaming::bytes(query.shape, dd, what).finish(&self.backend(), query.shape)
     }
 }
 
 impl<F: Scalar> Engine<F> for CudaEngine {
-    fn forward<S: Semiring>(&self, _problem: &Problem<'_, F>) -> Result<Vec<S::Value>> {
-        Err(self.unavailable())
+    fn forward<S: Semiring>(&self, problem: &Problem<'_, F>) -> Result<Vec<S::Value>> {
+        let gpu = self.gpu()?;
+        let p = self.structured(problem)?;
+        let ring = self.ring::<S>()?;
+        let out = streaming::forward(&gpu, &self.backend(), p, ring)?;
+        Ok(out.iter().map(|w| S::from_words(&w[..S::WIDTH])).collect())
     }
-    fn backward(&self, _problem: &Problem<'_, F>, _upstream: &[f64]) -> Result<Backward> {
-        Err(self.unavailable())
+    fn backward(&self, problem: &Problem<'_, F>, upstream: &[f64]) -> Result<Backward> {
+        let gpu = self.gpu()?;
+        let p = self.structured(problem)?;
+        semicrf_core::check_upstream(upstream, p.shape().batch)?;
+        streaming::backward(&gpu, &self.backend(), p, upstream)
     }
-    fn viterbi(&self, _problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
-        Err(self.unavailable())
+    fn viterbi(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
+        let gpu = self.gpu()?;
+        let p = self.structured(problem)?;
+        streaming::viterbi(&gpu, &self.backend(), p)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use semicrf_core::{Form, Op, Shape};
+    use semicrf_core::Shape;
 
     fn query(op: Op) -> Query {
         Query {
@@ -128,8 +236,8 @@ mod tests {
     }
 
     #[test]
-    fn every_algorithm_reports_that_the_kernels_are_missing() {
-        for a in [Algorithm::Exact, Algorithm::Scan, Algorithm::Streaming] {
+    fn exact_and_scan_report_that_their_kernels_are_missing() {
+        for a in [Algorithm::Exact, Algorithm::Scan] {
             let e = CudaEngine::new(a, 1);
             let err = e.check(&query(Op::Backward)).unwrap_err();
             assert_eq!(
@@ -140,6 +248,19 @@ mod tests {
                 }
             );
             assert_eq!(e.device(), Device::Cuda(1));
+        }
+    }
+
+    #[test]
+    fn the_plan_covers_every_label_with_whole_warps() {
+        for k in [1, 2, 3, 7, 63, 64, 127, 1000] {
+            for c in [1, 3, 5, 24, 33, 100] {
+                let (team, threads) = streaming::plan(k, c);
+                assert!(team.is_power_of_two() && team <= 32, "{k} {c}");
+                assert_eq!(threads % 32, 0);
+                assert!((32..=1024).contains(&threads));
+                assert!(threads / team >= 1);
+            }
         }
     }
 }

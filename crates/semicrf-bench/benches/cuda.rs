@@ -1,0 +1,40 @@
+//! `cuda/streaming/*`: the CUDA streaming engine on device 0 (needs the `cuda` feature and a
+//! GPU; otherwise the group says why and times nothing). Each iteration is one whole call:
+//! inputs copied to the device, kernels, results copied back.
+
+use criterion::Criterion;
+
+#[cfg(feature = "cuda")]
+fn cuda_benches(c: &mut Criterion) {
+    use semicrf::{Algorithm, AnyEngine};
+    use semicrf_cuda::CudaEngine;
+
+    use crate::common::{Plan, bench};
+
+    let gpu = CudaEngine::new(Algorithm::Streaming, 0);
+    if let Err(e) = gpu.available() {
+        if std::env::var("SEMICRF_REQUIRE_GPU").as_deref() == Ok("1") {
+            panic!("SEMICRF_REQUIRE_GPU=1 but the GPU is unusable: {e}");
+        }
+        eprintln!("note: cuda/streaming skipped: {e}");
+        return;
+    }
+    let engine = AnyEngine::Cuda(gpu);
+    bench(
+        c,
+        &Plan {
+            device: "cuda",
+            algo: "streaming",
+            engine: &engine,
+            materialises_edges: false,
+            work: |s| semicrf_bench::lse_terms(s) as f64,
+        },
+    );
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_benches(_: &mut Criterion) {
+    eprintln!("note: cuda/streaming skipped: built without the `cuda` feature");
+}
+
+criterion::criterion_group!(cuda, cuda_benches);

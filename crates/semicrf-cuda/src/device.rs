@@ -1,0 +1,162 @@
+//! Opening a CUDA device: driver and NVRTC checks, one context, stream and compiled module per
+//! device ordinal, kept for the life of the process.
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
+use cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
+use semicrf_core::{Error, Result};
+
+/// The kernel sources, compiled together by NVRTC.
+const SOURCES: [&str; 2] = [
+    include_str!("../kernels/semiring.cuh"),
+    include_str!("../kernels/streaming.cu"),
+];
+
+/// The kernels the module exports.
+pub(crate) const KERNELS: [&str; 8] = [
+    "fwd_static_log",
+    "fwd_static_max",
+    "fwd_static_ent",
+    "fwd_dd_log",
+    "fwd_dd_max",
+    "fwd_dd_ent",
+    "bwd_static_log",
+    "bwd_dd_log",
+];
+
+/// One opened device: its context, the stream every call runs on, and the kernels.
+pub(crate) struct Gpu {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    _module: Arc<CudaModule>,
+    functions: HashMap<&'static str, CudaFunction>,
+    /// Calls on one device are serialised: they share the stream and its buffers' order.
+    pub(crate) lock: Mutex<()>,
+}
+
+impl Gpu {
+    pub(crate) fn function(&self, name: &str) -> &CudaFunction {
+        match self.functions.get(name) {
+            Some(f) => f,
+            None => unreachable!("kernel {name} is in KERNELS and was loaded"),
+        }
+    }
+}
+
+/// A driver error as this crate's [`Error::Device`].
+pub(crate) fn driver(backend: &str, e: DriverError) -> Error {
+    Error::Device {
+        backend: backend.into(),
+        message: format!("{e:?}"),
+    }
+}
+
+type Opened = std::result::Result<Arc<Gpu>, String>;
+
+fn cache() -> &'static Mutex<HashMap<usize, Opened>> {
+    static GPUS: OnceLock<Mutex<HashMap<usize, Opened>>> = OnceLock::new();
+    GPUS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The device of `ordinal`, opened on first use; [`Error::BackendUnavailable`] (naming
+/// `backend`) when this machine has no CUDA driver, no NVRTC, or no such device.
+pub(crate) fn gpu(ordinal: usize, backend: &str) -> Result<Arc<Gpu>> {
+    let mut map = cache().lock().unwrap_or_else(|p| p.into_inner());
+    let opened = map
+        .entry(ordinal)
+        .or_insert_with(|| {
+            catch_unwind(AssertUnwindSafe(|| open(ordinal)))
+                .unwrap_or_else(|_| Err("the CUDA driver library could not be used".into()))
+        })
+        .clone();
+    opened.map_err(|reason| Error::BackendUnavailable {
+        backend: backend.into(),
+        reason,
+    })
+}
+
+/// The kernels compiled by NVRTC for a virtual architecture (`compute_90`, ...), as PTX the
+/// driver finishes for the device.
+pub(crate) fn compile(arch: &str) -> std::result::Result<Ptx, String> {
+    let opts = CompileOptions {
+        options: vec![format!("--gpu-architecture={arch}"), "-std=c++17".into()],
+        name: Some("semicrf_streaming.cu".into()),
+        ..Default::default()
+    };
+    compile_ptx_with_opts(SOURCES.concat(), opts)
+        .map_err(|e| format!("NVRTC could not compile the kernels: {e:?}"))
+}
+
+fn open(ordinal: usize) -> Opened {
+    // cudarc panics when it cannot load a library: look for them first.
+    // SAFETY: these only try to load the shared libraries by name.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err("no CUDA driver (libcuda) on this machine".into());
+    }
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err("no NVRTC library (libnvrtc) on this machine".into());
+    }
+    let count = CudaContext::device_count().map_err(|e| format!("cuDeviceGetCount: {e:?}"))?;
+    if ordinal >= count.max(0) as usize {
+        return Err(format!(
+            "no CUDA device {ordinal} (this machine has {count})"
+        ));
+    }
+    let ctx = CudaContext::new(ordinal).map_err(|e| format!("cuCtxCreate: {e:?}"))?;
+    // One stream per device and calls serialised on it: the slices need no event tracking.
+    // SAFETY: every slice of this crate is used on this context's one stream only.
+    unsafe { ctx.disable_event_tracking() };
+    let (major, minor) = ctx
+        .compute_capability()
+        .map_err(|e| format!("compute capability: {e:?}"))?;
+    let ptx = compile(&format!("compute_{major}{minor}"))?;
+    let module = ctx
+        .load_module(ptx)
+        .map_err(|e| format!("loading the kernels: {e:?}"))?;
+    let mut functions = HashMap::new();
+    for name in KERNELS {
+        let f = module
+            .load_function(name)
+            .map_err(|e| format!("kernel {name}: {e:?}"))?;
+        functions.insert(name, f);
+    }
+    let stream = ctx.default_stream();
+    Ok(Arc::new(Gpu {
+        ctx,
+        stream,
+        _module: module,
+        functions,
+        lock: Mutex::new(()),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NVRTC alone (no driver or GPU needed) compiles every kernel for the H100's and the
+    /// oldest supported architecture; skipped with the reason where NVRTC is missing.
+    #[test]
+    fn the_kernels_compile_with_nvrtc() {
+        // SAFETY: only tries to load the library by name.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            eprintln!("skipped: no NVRTC library (libnvrtc) on this machine");
+            return;
+        }
+        for arch in ["compute_75", "compute_90"] {
+            let ptx = match compile(arch) {
+                Ok(p) => p.to_src(),
+                Err(e) => panic!("{arch}: {e}"),
+            };
+            for k in KERNELS {
+                assert!(
+                    ptx.contains(&format!(".entry {k}(")),
+                    "{arch}: no kernel {k}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,494 @@
+//! The host side of the streaming kernels: inputs to the device in `f64`, launches, results
+//! back.
+
+use cudarc::driver::{
+    CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+};
+use ndarray::{Array1, Array2, Array3, ArrayD, IxDyn};
+use semicrf_core::{
+    Backward, ByteCount, Decoded, Error, Gradients, Potentials, Result, Scalar, Shape, trace_back,
+};
+
+use crate::device::{Gpu, driver};
+
+/// The kernels' argument block (`struct Args` of `kernels/streaming.cu`, field for field).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct Args {
+    sc: u64,
+    bb: u64,
+    eb: u64,
+    tr: u64,
+    dur: u64,
+    st: u64,
+    en: u64,
+    len: u64,
+    lz: u64,
+    up: u64,
+    ring: u64,
+    ringh: u64,
+    ring2: u64,
+    ring2h: u64,
+    alpha: u64,
+    u: u64,
+    bpd: u64,
+    bpi: u64,
+    out: u64,
+    last: u64,
+    gsc: u64,
+    gbb: u64,
+    geb: u64,
+    bmarg: u64,
+    pdur: u64,
+    ptr: u64,
+    pst: u64,
+    pen: u64,
+    t: i64,
+    k: i64,
+    c: i64,
+    team: i32,
+    _pad: i32,
+}
+
+// SAFETY: a plain `repr(C)` block of integers, laid out as the kernels' `struct Args`.
+unsafe impl DeviceRepr for Args {}
+
+/// Which semiring a forward kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ring {
+    Log,
+    Max,
+    Entropy,
+}
+
+impl Ring {
+    fn suffix(self) -> &'static str {
+        match self {
+            Ring::Log => "log",
+            Ring::Max => "max",
+            Ring::Entropy => "ent",
+        }
+    }
+}
+
+/// Lanes per team and threads per block for `K` and `C`: a team covers about a quarter of
+/// the larger of the two loops, so each lane has a few items and the butterfly is short.
+pub(crate) fn plan(k: usize, c: usize) -> (usize, usize) {
+    let team = k.max(c).div_ceil(4).next_power_of_two().clamp(1, 32);
+    let teams = c.min(1024 / team).max(1);
+    let threads = (teams * team).div_ceil(32) * 32;
+    (team, threads)
+}
+
+/// Device bytes a call allocates for `shape` (inputs with both boundaries counted, so an
+/// upper bound).
+pub(crate) fn bytes(shape: Shape, dd: bool, what: What) -> ByteCount {
+    let (b, t, k, c) = (shape.batch, shape.len, shape.max_duration, shape.labels);
+    let tr = if dd {
+        ByteCount::f64s(&[k, c, c])
+    } else {
+        ByteCount::f64s(&[c, c])
+    };
+    let inputs = ByteCount::f64s(&[3, b, t, c])
+        + tr
+        + ByteCount::f64s(&[k, c])
+        + ByteCount::f64s(&[2, c])
+        + ByteCount::f64s(&[b]);
+    let rings = |w: usize| ByteCount::f64s(&[w, b, k, c]);
+    let t1 = t.saturating_add(1);
+    let fwd = ByteCount::f64s(&[2, b]);
+    let work = match what {
+        What::Forward(Ring::Entropy) => rings(if dd { 4 } else { 2 }),
+        What::Forward(_) => rings(if dd { 2 } else { 1 }),
+        What::Viterbi => {
+            rings(if dd { 2 } else { 1 })
+                + ByteCount::bytes(&[8, b, t1, c])
+                + ByteCount::f64s(&[b, c])
+        }
+        What::Backward => {
+            let ptr = if dd {
+                ByteCount::f64s(&[b, k, c, c])
+            } else {
+                ByteCount::f64s(&[b, c, c])
+            };
+            rings(2)
+                + ByteCount::f64s(&[2, b, t1, c])
+                + ByteCount::f64s(&[3, b, t, c])
+                + ByteCount::f64s(&[b, t])
+                + ByteCount::f64s(&[b, k, c])
+                + ptr
+                + ByteCount::f64s(&[2, b, c])
+                + ByteCount::f64s(&[2, b])
+        }
+    };
+    inputs + fwd + work
+}
+
+/// What a call computes (for its memory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum What {
+    Forward(Ring),
+    Viterbi,
+    Backward,
+}
+
+/// One call's buffers on the device.
+struct Call<'g> {
+    gpu: &'g Gpu,
+    backend: &'g str,
+    shape: Shape,
+    dd: bool,
+    team: usize,
+    threads: usize,
+    sc: CudaSlice<f64>,
+    bb: Option<CudaSlice<f64>>,
+    eb: Option<CudaSlice<f64>>,
+    tr: CudaSlice<f64>,
+    dur: CudaSlice<f64>,
+    st: CudaSlice<f64>,
+    en: CudaSlice<f64>,
+    len: CudaSlice<i64>,
+}
+
+fn f64s<F: Scalar>(it: impl Iterator<Item = F>) -> Vec<f64> {
+    it.map(|x| x.as_f64()).collect()
+}
+
+impl<'g> Call<'g> {
+    fn new<F: Scalar>(gpu: &'g Gpu, backend: &'g str, p: &Potentials<'_, F>) -> Result<Self> {
+        let shape = p.shape();
+        let (k, c) = (shape.max_duration, shape.labels);
+        let dd = p.has_duration_dependent_transition();
+        let s = &gpu.stream;
+        let up = |v: &[f64]| s.clone_htod(v).map_err(|e| driver(backend, e));
+        let tr: Vec<f64> = if dd {
+            let mut v = Vec::with_capacity(k * c * c);
+            for d in 0..k {
+                for i in 0..c {
+                    for j in 0..c {
+                        v.push(p.transition_at(d + 1, i, j));
+                    }
+                }
+            }
+            v
+        } else {
+            (0..c * c)
+                .map(|x| p.transition_at(1, x / c, x % c))
+                .collect()
+        };
+        let dur: Vec<f64> = (0..k * c)
+            .map(|x| p.duration_at(x / c + 1, x % c))
+            .collect();
+        let st: Vec<f64> = (0..c).map(|j| p.start_at(j)).collect();
+        let en: Vec<f64> = (0..c).map(|j| p.end_at(j)).collect();
+        let len: Vec<i64> = p.lengths().iter().map(|&l| l as i64).collect();
+        let (team, threads) = plan(k, c);
+        Ok(Call {
+            gpu,
+            backend,
+            shape,
+            dd,
+            team,
+            threads,
+            sc: up(&f64s(p.scores().iter().copied()))?,
+            bb: match p.begin_boundary() {
+                Some(a) => Some(up(&f64s(a.iter().copied()))?),
+                None => None,
+            },
+            eb: match p.end_boundary() {
+                Some(a) => Some(up(&f64s(a.iter().copied()))?),
+                None => None,
+            },
+            tr: up(&tr)?,
+            dur: up(&dur)?,
+            st: up(&st)?,
+            en: up(&en)?,
+            len: s.clone_htod(&len).map_err(|e| driver(backend, e))?,
+        })
+    }
+
+    fn err(&self, e: cudarc::driver::DriverError) -> Error {
+        driver(self.backend, e)
+    }
+
+    fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
+        self.gpu
+            .stream
+            .alloc_zeros::<T>(n.max(1))
+            .map_err(|e| self.err(e))
+    }
+
+    fn ptr<T>(&self, s: &CudaSlice<T>) -> u64 {
+        s.device_ptr(&self.gpu.stream).0
+    }
+
+    fn opt<T>(&self, s: &Option<CudaSlice<T>>) -> u64 {
+        s.as_ref().map_or(0, |s| self.ptr(s))
+    }
+
+    fn back<T: DeviceRepr>(&self, s: &CudaSlice<T>) -> Result<Vec<T>> {
+        self.gpu.stream.clone_dtoh(s).map_err(|e| self.err(e))
+    }
+
+    /// The argument block with the inputs filled in.
+    fn args(&self) -> Args {
+        let sh = self.shape;
+        Args {
+            sc: self.ptr(&self.sc),
+            bb: self.opt(&self.bb),
+            eb: self.opt(&self.eb),
+            tr: self.ptr(&self.tr),
+            dur: self.ptr(&self.dur),
+            st: self.ptr(&self.st),
+            en: self.ptr(&self.en),
+            len: self.ptr(&self.len),
+            t: sh.len as i64,
+            k: sh.max_duration as i64,
+            c: sh.labels as i64,
+            team: self.team as i32,
+            ..Args::default()
+        }
+    }
+
+    fn launch(&self, kernel: &str, args: &Args) -> Result<()> {
+        let f = self.gpu.function(kernel);
+        let cfg = LaunchConfig {
+            grid_dim: (self.shape.batch as u32, 1, 1),
+            block_dim: (self.threads as u32, 1, 1),
+            shared_mem_bytes: (2 * self.shape.labels * 8) as u32,
+        };
+        let mut b = self.gpu.stream.launch_builder(f);
+        b.arg(args);
+        // SAFETY: `args` matches the kernel's `struct Args`, every pointer in it is a live
+        // allocation of this call sized for the shape (or null where the kernel checks), and
+        // the grid has one block per sequence.
+        unsafe { b.launch(cfg) }.map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Runs a forward kernel; returns `(x, h)` per sequence. `extra` fills the optional
+    /// outputs (saved tables, backpointers).
+    fn forward(&self, ring: Ring, extra: impl FnOnce(&mut Args)) -> Result<Vec<f64>> {
+        let sh = self.shape;
+        let n = sh.batch * sh.max_duration * sh.labels;
+        let ent = ring == Ring::Entropy;
+        let r1 = self.zeros::<f64>(n)?;
+        let r1h = if ent {
+            Some(self.zeros::<f64>(n)?)
+        } else {
+            None
+        };
+        let r2 = if self.dd {
+            Some(self.zeros::<f64>(n)?)
+        } else {
+            None
+        };
+        let r2h = if self.dd && ent {
+            Some(self.zeros::<f64>(n)?)
+        } else {
+            None
+        };
+        let out = self.zeros::<f64>(2 * sh.batch)?;
+        let mut a = self.args();
+        a.ring = self.ptr(&r1);
+        a.ringh = self.opt(&r1h);
+        a.ring2 = self.opt(&r2);
+        a.ring2h = self.opt(&r2h);
+        a.out = self.ptr(&out);
+        extra(&mut a);
+        let form = if self.dd { "dd" } else { "static" };
+        self.launch(&format!("fwd_{form}_{}", ring.suffix()), &a)?;
+        self.back(&out)
+    }
+}
+
+/// A forward pass: `(log-weight, entropy)` per sequence.
+pub(crate) fn forward<F: Scalar>(
+    gpu: &Gpu,
+    backend: &str,
+    p: &Potentials<'_, F>,
+    ring: Ring,
+) -> Result<Vec<[f64; 2]>> {
+    let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let call = Call::new(gpu, backend, p)?;
+    let out = call.forward(ring, |_| {})?;
+    Ok(out.chunks(2).map(|w| [w[0], w[1]]).collect())
+}
+
+/// Viterbi decodings.
+pub(crate) fn viterbi<F: Scalar>(
+    gpu: &Gpu,
+    backend: &str,
+    p: &Potentials<'_, F>,
+) -> Result<Vec<Decoded>> {
+    let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let call = Call::new(gpu, backend, p)?;
+    let sh = p.shape();
+    let (t, c) = (sh.len, sh.labels);
+    let n = sh.batch * (t + 1) * c;
+    let bpd = call.zeros::<i32>(n)?;
+    let bpi = call.zeros::<i32>(n)?;
+    let last = call.zeros::<f64>(sh.batch * c)?;
+    call.forward(Ring::Max, |a| {
+        a.bpd = call.ptr(&bpd);
+        a.bpi = call.ptr(&bpi);
+        a.last = call.ptr(&last);
+    })?;
+    let (bpd, bpi, last) = (call.back(&bpd)?, call.back(&bpi)?, call.back(&last)?);
+    let dd = call.dd;
+    Ok((0..sh.batch)
+        .map(|b| {
+            let len = p.lengths()[b];
+            // Final label: the smallest index attaining the maximum.
+            let (mut score, mut best) = (f64::NEG_INFINITY, 0);
+            for j in 0..c {
+                let x = last[b * c + j] + p.end_at(j);
+                if x > score {
+                    score = x;
+                    best = j;
+                }
+            }
+            if score == f64::NEG_INFINITY {
+                return Decoded {
+                    score,
+                    segments: Vec::new(),
+                };
+            }
+            let at = |x: usize, j: usize| (b * (t + 1) + x) * c + j;
+            let segments = trace_back(len, best, |x, j| {
+                let d = bpd[at(x, j)] as usize;
+                let prev = if dd {
+                    bpi[at(x, j)] as usize
+                } else if x == d {
+                    0
+                } else {
+                    bpi[at(x - d, j)] as usize
+                };
+                (d, prev)
+            });
+            Decoded { score, segments }
+        })
+        .collect())
+}
+
+/// Forward and backward: log Z, gradients scaled by `upstream`, boundary marginals.
+pub(crate) fn backward<F: Scalar>(
+    gpu: &Gpu,
+    backend: &str,
+    p: &Potentials<'_, F>,
+    upstream: &[f64],
+) -> Result<Backward> {
+    let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let call = Call::new(gpu, backend, p)?;
+    let sh = p.shape();
+    let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
+    let dd = call.dd;
+    let saved = bn * (t + 1) * c;
+    let alpha = call.zeros::<f64>(saved)?;
+    let u = if dd {
+        None
+    } else {
+        Some(call.zeros::<f64>(saved)?)
+    };
+    let out = call.forward(Ring::Log, |a| {
+        a.alpha = call.ptr(&alpha);
+        a.u = call.opt(&u);
+    })?;
+    let log_z: Vec<f64> = out.chunks(2).map(|w| w[0]).collect();
+    semicrf_core::check_feasible(&log_z)?;
+    let ring = call.zeros::<f64>(bn * k * c)?;
+    let ring2 = call.zeros::<f64>(bn * k * c)?;
+    let lz = call
+        .gpu
+        .stream
+        .clone_htod(&log_z)
+        .map_err(|e| call.err(e))?;
+    let upd = call
+        .gpu
+        .stream
+        .clone_htod(upstream)
+        .map_err(|e| call.err(e))?;
+    let btc = bn * t * c;
+    let gsc = call.zeros::<f64>(btc)?;
+    let gbb = call.zeros::<f64>(btc)?;
+    let geb = call.zeros::<f64>(btc)?;
+    let bmarg = call.zeros::<f64>(bn * t)?;
+    let pdur = call.zeros::<f64>(bn * k * c)?;
+    let ntr = if dd { k * c * c } else { c * c };
+    let ptr = call.zeros::<f64>(bn * ntr)?;
+    let pst = call.zeros::<f64>(bn * c)?;
+    let pen = call.zeros::<f64>(bn * c)?;
+    let mut a = call.args();
+    a.lz = call.ptr(&lz);
+    a.up = call.ptr(&upd);
+    a.ring = call.ptr(&ring);
+    a.ring2 = call.ptr(&ring2);
+    a.alpha = call.ptr(&alpha);
+    a.u = call.opt(&u);
+    a.gsc = call.ptr(&gsc);
+    a.gbb = call.ptr(&gbb);
+    a.geb = call.ptr(&geb);
+    a.bmarg = call.ptr(&bmarg);
+    a.pdur = call.ptr(&pdur);
+    a.ptr = call.ptr(&ptr);
+    a.pst = call.ptr(&pst);
+    a.pen = call.ptr(&pen);
+    call.launch(if dd { "bwd_dd_log" } else { "bwd_static_log" }, &a)?;
+    let to3 = |v: Vec<f64>| {
+        Array3::from_shape_vec((bn, t, c), v).map_err(|e| Error::Device {
+            backend: backend.into(),
+            message: e.to_string(),
+        })
+    };
+    let scores = to3(call.back(&gsc)?)?;
+    let bb = match p.begin_boundary() {
+        Some(_) => Some(to3(call.back(&gbb)?)?),
+        None => None,
+    };
+    let eb = match p.end_boundary() {
+        Some(_) => Some(to3(call.back(&geb)?)?),
+        None => None,
+    };
+    let bm = Array2::from_shape_vec((bn, t), call.back(&bmarg)?).map_err(|e| Error::Device {
+        backend: backend.into(),
+        message: e.to_string(),
+    })?;
+    // Shared parameters: Σ_b g_b · (per-sequence marginals), in ascending b.
+    let sum = |v: Vec<f64>, n: usize| {
+        let mut acc = vec![0.0; n];
+        for (b, chunk) in v.chunks(n.max(1)).enumerate().take(bn) {
+            for (x, &y) in acc.iter_mut().zip(chunk) {
+                *x += upstream[b] * y;
+            }
+        }
+        acc
+    };
+    let tr = sum(call.back(&ptr)?, ntr);
+    let dur = sum(call.back(&pdur)?, k * c);
+    let start = sum(call.back(&pst)?, c);
+    let end = sum(call.back(&pen)?, c);
+    let transition = if dd {
+        ArrayD::from_shape_vec(IxDyn(&[k, c, c]), tr)
+    } else {
+        ArrayD::from_shape_vec(IxDyn(&[c, c]), tr)
+    }
+    .map_err(|e| Error::Device {
+        backend: backend.into(),
+        message: e.to_string(),
+    })?;
+    let duration = Array2::from_shape_fn((k, c), |(d, j)| dur[d * c + j]);
+    Ok(Backward {
+        log_z,
+        grad: Gradients {
+            scores: Some(scores),
+            transition: Some(transition),
+            duration: Some(duration),
+            start: Some(Array1::from(start)),
+            end: Some(Array1::from(end)),
+            begin_boundary: bb,
+            end_boundary: eb,
+            edges: None,
+        },
+        boundary_marginals: bm,
+    })
+}

@@ -1,0 +1,220 @@
+//! The CUDA streaming engine against the CPU streaming engine and the oracle on the shapes
+//! that stress a kernel's block layout (`K` and `C` not multiples of the team or warp size,
+//! `K` and `C` above 32 and 1024 lanes), and bitwise reproducibility across runs.
+//!
+//! The cross-backend conformance suite (`tests/conformance.rs`, module `cuda`) holds the
+//! rest. Without a usable GPU every test here prints why and passes, unless
+//! `SEMICRF_REQUIRE_GPU=1`, which makes that a failure.
+#![cfg(all(feature = "cpu", feature = "cuda"))]
+
+use semicrf_core::reference::{self, Reference};
+use semicrf_core::testing::{
+    GenSpec, Tolerance, TransitionKind, Worst, assert_gradients_close, random_problem, upstream,
+};
+use semicrf_core::{
+    Algorithm, Engine, EntropySemiring, LogSemiring, MaxSemiring, Problem, gold_score,
+};
+use semicrf_cpu::{Parallelism, StreamingEngine};
+use semicrf_cuda::CudaEngine;
+
+fn gpu() -> Option<CudaEngine> {
+    let e = CudaEngine::new(Algorithm::Streaming, 0);
+    match e.available() {
+        Ok(()) => Some(e),
+        Err(err) if std::env::var("SEMICRF_REQUIRE_GPU").as_deref() == Ok("1") => {
+            panic!("SEMICRF_REQUIRE_GPU=1 but the GPU is unusable: {err}")
+        }
+        Err(err) => {
+            eprintln!("skipped (no usable GPU): {err}");
+            None
+        }
+    }
+}
+
+/// Every `(K, C)` of the grid, both transition forms, all inputs, ragged lengths and some
+/// `-inf` scores and transitions: CUDA against CPU streaming (itself checked against the
+/// oracle by the conformance suite), in every semiring, gradients and Viterbi.
+#[test]
+fn every_block_layout_matches_the_cpu_engine() {
+    let Some(cuda) = gpu() else { return };
+    let cpu = StreamingEngine::new().parallelism(Parallelism::Rayon);
+    let worst_z = Worst::new("cuda vs cpu: log Z (relative)");
+    let worst_g = Worst::new("cuda vs cpu: gradients (absolute)");
+    let mut n = 0;
+    for (x, k) in [1usize, 2, 3, 64, 1000].into_iter().enumerate() {
+        for (y, c) in [1usize, 3, 5, 24, 33, 100].into_iter().enumerate() {
+            for dd in [false, true] {
+                // Keep the duration-dependent O(T·K·C²) cases small.
+                let len = match (dd, k * c * c) {
+                    (true, w) if w > 200_000 => 12,
+                    (true, _) => 40,
+                    (false, _) if k == 1000 => 1100,
+                    _ => 70,
+                };
+                let mut spec = GenSpec::new(3, len, k, c).everything();
+                spec.transition = if dd {
+                    TransitionKind::DurationDependent
+                } else {
+                    TransitionKind::Static
+                };
+                spec.forbid_scores = 0.02;
+                spec.forbid_transitions = if c > 1 { 0.1 } else { 0.0 };
+                let seed = (x * 100 + y * 10 + dd as usize) as u64;
+                let owned = random_problem(seed, &spec);
+                let p = Problem::Structured(owned.view().unwrap());
+                let tag = format!("K={k} C={c} dd={dd} T={len}");
+                let z = Engine::<f64>::forward::<LogSemiring>(&cuda, &p).unwrap();
+                let zc = cpu.forward::<LogSemiring>(&p).unwrap();
+                let h = Engine::<f64>::forward::<EntropySemiring>(&cuda, &p).unwrap();
+                let hc = cpu.forward::<EntropySemiring>(&p).unwrap();
+                let m = Engine::<f64>::forward::<MaxSemiring>(&cuda, &p).unwrap();
+                let mc = cpu.forward::<MaxSemiring>(&p).unwrap();
+                let v = Engine::<f64>::viterbi(&cuda, &p).unwrap();
+                let pv = owned.view().unwrap();
+                for b in 0..3 {
+                    let ok = Tolerance::F64_VALUES;
+                    assert!(
+                        ok.ok(z[b], zc[b]),
+                        "{tag} b={b}: log Z {} vs {}",
+                        z[b],
+                        zc[b]
+                    );
+                    if zc[b].is_finite() {
+                        worst_z.see((z[b] - zc[b]).abs() / zc[b].abs().max(1.0));
+                        assert!(
+                            ok.ok(h[b].entropy, hc[b].entropy)
+                                || (h[b].entropy - hc[b].entropy).abs() <= 1e-10,
+                            "{tag} b={b}: entropy {} vs {}",
+                            h[b].entropy,
+                            hc[b].entropy
+                        );
+                    }
+                    assert!(ok.ok(m[b], mc[b]), "{tag} b={b}: max {} vs {}", m[b], mc[b]);
+                    assert!(ok.ok(v[b].score, mc[b]), "{tag} b={b}: Viterbi score");
+                    if mc[b].is_finite() {
+                        let g = gold_score(&pv, b, &v[b].segments).unwrap();
+                        assert!(
+                            ok.ok(g, v[b].score),
+                            "{tag} b={b}: gold {g} vs {}",
+                            v[b].score
+                        );
+                    }
+                }
+                if zc.iter().all(|z| z.is_finite()) {
+                    let g = upstream(seed, 3);
+                    let got = Engine::<f64>::backward(&cuda, &p, &g).unwrap();
+                    let want = cpu.backward(&p, &g).unwrap();
+                    for (name, a) in got.grad.fields() {
+                        if let (Some(a), Some(w)) = (
+                            a,
+                            want.grad
+                                .fields()
+                                .iter()
+                                .find(|f| f.0 == name)
+                                .and_then(|f| f.1.clone()),
+                        ) {
+                            for (x, y) in a.iter().zip(w.iter()) {
+                                worst_g.see((x - y).abs());
+                            }
+                        }
+                    }
+                    assert_gradients_close(&tag, &got.grad, &want.grad, Tolerance::F64_GRADS);
+                    for (a, w) in got.boundary_marginals.iter().zip(&want.boundary_marginals) {
+                        assert!((a - w).abs() <= 1e-9, "{tag}: boundary marginal {a} vs {w}");
+                    }
+                }
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 60);
+}
+
+/// Small problems against brute-force enumeration directly, every optional input.
+#[test]
+fn small_problems_match_brute_force() {
+    let Some(cuda) = gpu() else { return };
+    let mut n = 0;
+    for seed in 0..60u64 {
+        let k = 1 + (seed as usize % 4);
+        let c = 1 + (seed as usize / 4 % 4);
+        let mut spec = GenSpec::new(3, 6, k, c).everything();
+        if seed % 3 == 0 {
+            spec.transition = TransitionKind::DurationDependent;
+        }
+        let owned = random_problem(9000 + seed, &spec);
+        let pv = owned.view().unwrap();
+        let p = Problem::Structured(pv.clone());
+        let z = Engine::<f64>::forward::<LogSemiring>(&cuda, &p).unwrap();
+        let h = Engine::<f64>::forward::<EntropySemiring>(&cuda, &p).unwrap();
+        let v = Engine::<f64>::viterbi(&cuda, &p).unwrap();
+        for b in 0..3 {
+            let bf = reference::brute_force(&pv, b).unwrap();
+            assert!(
+                Tolerance::F64_VALUES.ok(z[b], bf.log_z),
+                "seed {seed}: log Z"
+            );
+            assert!(
+                Tolerance::F64_VALUES.ok(v[b].score, bf.max),
+                "seed {seed}: max"
+            );
+            assert!(
+                (h[b].entropy - bf.entropy).abs() <= 1e-10 * bf.entropy.max(1.0),
+                "seed {seed}: entropy"
+            );
+            n += 1;
+        }
+        let g = upstream(seed, 3);
+        let got = Engine::<f64>::backward(&cuda, &p, &g).unwrap();
+        let want = Engine::<f64>::backward(&Reference, &p, &g).unwrap();
+        assert_gradients_close(
+            &format!("seed {seed}"),
+            &got.grad,
+            &want.grad,
+            Tolerance::F64_GRADS,
+        );
+    }
+    assert_eq!(n, 180);
+}
+
+/// Ten runs of the same input give bitwise identical gradients, marginals, entropies and
+/// Viterbi paths, on both transition forms at a shape with many teams per block.
+#[test]
+fn ten_runs_are_bitwise_identical() {
+    let Some(cuda) = gpu() else { return };
+    for dd in [false, true] {
+        let mut spec = GenSpec::new(4, 300, if dd { 20 } else { 100 }, 24).everything();
+        if dd {
+            spec.transition = TransitionKind::DurationDependent;
+        }
+        let owned = random_problem(77, &spec);
+        let p = Problem::Structured(owned.view().unwrap());
+        let g = upstream(3, 4);
+        let first = format!("{:?}", Engine::<f64>::backward(&cuda, &p, &g).unwrap());
+        let v0 = Engine::<f64>::viterbi(&cuda, &p).unwrap();
+        let h0 = format!(
+            "{:?}",
+            Engine::<f64>::forward::<EntropySemiring>(&cuda, &p).unwrap()
+        );
+        for run in 1..10 {
+            assert_eq!(
+                format!("{:?}", Engine::<f64>::backward(&cuda, &p, &g).unwrap()),
+                first,
+                "dd={dd} run {run}: backward"
+            );
+            assert_eq!(
+                Engine::<f64>::viterbi(&cuda, &p).unwrap(),
+                v0,
+                "dd={dd} run {run}: Viterbi"
+            );
+            assert_eq!(
+                format!(
+                    "{:?}",
+                    Engine::<f64>::forward::<EntropySemiring>(&cuda, &p).unwrap()
+                ),
+                h0,
+                "dd={dd} run {run}: entropy"
+            );
+        }
+    }
+}
