@@ -131,3 +131,75 @@ __device__ __forceinline__ double team_sum(double v, int width) {
     }
     return v;
 }
+
+// A two-pass reduction across a team, for loops whose items are cheap to visit twice: first
+// the maximum (and, for max, the smallest index attaining it), then the sums relative to it.
+// The exponentials of the second pass are independent of each other (no chain of rescaling
+// as in `Acc`), so a lane evaluates them back to back.
+//
+//     Two<SR> r; r.init();
+//     for items: r.max(x, idx);      r.max_reduce(width);
+//     for items: r.sum(x, h);        r.sum_reduce(width);
+//     r.x(), r.h(), r.arg
+template <int SR>
+struct Two {
+    double m, s, t;
+    int arg;
+
+    __device__ __forceinline__ void init() {
+        m = neg_inf();
+        s = 0.0;
+        t = 0.0;
+        arg = 0x7fffffff;
+    }
+
+    __device__ __forceinline__ void max(double x, int idx) {
+        if (SR == SR_MAX) {
+            if (x > m || (x == m && idx < arg)) {
+                m = x;
+                arg = idx;
+            }
+        } else {
+            m = fmax(m, x);
+        }
+    }
+
+    __device__ __forceinline__ void max_reduce(int width) {
+        for (int off = width >> 1; off > 0; off >>= 1) {
+            double om = __shfl_xor_sync(0xffffffffu, m, off, width);
+            if (SR == SR_MAX) {
+                int oa = __shfl_xor_sync(0xffffffffu, arg, off, width);
+                if (om > m || (om == m && oa < arg)) {
+                    m = om;
+                    arg = oa;
+                }
+            } else {
+                m = fmax(m, om);
+            }
+        }
+    }
+
+    // Every lane of the team must call it after max_reduce (m is the team's maximum).
+    __device__ __forceinline__ void sum(double x, double h) {
+        if (SR == SR_MAX || x == neg_inf()) return;
+        const double e = exp(x - m);
+        s += e;
+        if (SR == SR_ENT) t += e * (h + (m - x));
+    }
+
+    __device__ __forceinline__ void sum_reduce(int width) {
+        if (SR == SR_MAX) return;
+        s = team_sum(s, width);
+        if (SR == SR_ENT) t = team_sum(t, width);
+    }
+
+    __device__ __forceinline__ double x() const {
+        if (SR == SR_MAX) return m;
+        return m == neg_inf() ? m : m + log(s);
+    }
+
+    __device__ __forceinline__ double h() const {
+        if (SR != SR_ENT || m == neg_inf()) return 0.0;
+        return t / s + log(s);
+    }
+};

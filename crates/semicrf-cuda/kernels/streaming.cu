@@ -45,6 +45,9 @@ struct Args {
     double* pen;        // (B, C) end marginals
     i64 T, K, C;
     int team;
+    int ch;         // positions staged in shared memory at a time
+    int smem_ring;  // whether the rings live in shared memory (else in `ring`, `ring2`)
+    int smem_acc;   // whether the backward's shared-parameter accumulators do (else global)
 };
 
 #define AT(p, b, t, j) ((p)[((i64)(b) * a.T + (t)) * a.C + (j)])
@@ -54,49 +57,106 @@ __device__ __forceinline__ double opt_at(const double* p, const Args& a, int b, 
     return p ? AT(p, b, t, j) : 0.0;
 }
 
+// Copies rows p0 + off .. p0 + off + n - 1 of a (B, rows, C) tensor of sequence b into dst
+// (n rows of C), zeros for rows outside [0, L) or an absent tensor. All threads take part;
+// the caller synchronises before reading.
+__device__ void stage(double* dst, const double* src, const Args& a, int b, i64 rows, i64 p0,
+                      i64 off, i64 n, i64 L) {
+    const i64 C = a.C;
+    for (i64 x = threadIdx.x; x < n * C; x += blockDim.x) {
+        const i64 p = p0 + off + x / C;
+        dst[x] = (src && p >= 0 && p < L) ? src[((i64)b * rows + p) * C + x % C] : 0.0;
+    }
+}
+
+// (x - y) mod K for 0 <= x < K and y >= 0, without a division in the common case.
+__device__ __forceinline__ i64 slot_back(i64 x, i64 y, i64 K) {
+    i64 r = x - y;
+    if (r < 0) {
+        r += K;
+        if (r < 0) r = ((r % K) + K) % K;
+    }
+    return r;
+}
+
+// (x + y) mod K for 0 <= x < K and y >= 0.
+__device__ __forceinline__ i64 slot_fwd(i64 x, i64 y, i64 K) {
+    i64 r = x + y;
+    if (r >= K) {
+        r -= K;
+        if (r >= K) r %= K;
+    }
+    return r;
+}
+
 // ---------------------------------------------------------------------------------------
 // Forward, static (C, C) transition, in semiring SR. With `a.alpha`/`a.u` set it saves α and
 // u for the backward pass; with `a.bpd` set it records Viterbi backpointers (SR_MAX).
 template <int SR>
 __device__ void fwd_static(const Args& a) {
     const int b = blockIdx.x;
-    const i64 L = a.len[b], K = a.K, C = a.C;
+    const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
     const int team = a.team, nteams = blockDim.x / team;
     const int g = threadIdx.x / team, l = threadIdx.x % team;
+    int wb = 1;  // lanes of the team that reduce over the C previous labels
+    while (wb < C && wb < team) wb <<= 1;
+    // Shared memory: α and its entropy, the staged rows of scores, end and begin boundaries,
+    // then the ring when it fits.
     extern __shared__ double smem[];
-    double* ax = smem;       // α_t(j)
-    double* ah = smem + C;   // its entropy
-    double* rx = a.ring + (i64)b * K * C;
-    double* rh = a.ringh ? a.ringh + (i64)b * K * C : nullptr;
+    double* ax = smem;
+    double* ah = ax + C;
+    double* scs = ah + C;
+    double* ebs = scs + ch * C;
+    double* bbs = ebs + ch * C;
+    double* rx = a.smem_ring ? bbs + ch * C : a.ring + (i64)b * K * C;
+    double* rh = SR != SR_ENT ? nullptr : a.smem_ring ? rx + K * C : a.ringh + (i64)b * K * C;
 
     for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
         rx[j] = a.st[j] + opt_at(a.bb, a, b, 0, j);
         if (SR == SR_ENT) rh[j] = 0.0;
         if (a.u) SAVED(a.u, b, 0, j) = a.st[j];
     }
-    __syncthreads();
+    i64 tk = 0, r = ch - 1;  // t mod K; the row of t - 1 in the staged chunk
     for (i64 t = 1; t <= L; ++t) {
+        tk = tk + 1 == K ? 0 : tk + 1;
+        if (++r == ch) {
+            // The previous step ended with a barrier: nobody reads the old chunk any more.
+            r = 0;
+            stage(scs, a.sc, a, b, a.T, t - 1, 0, ch, L);
+            stage(ebs, a.eb, a, b, a.T, t - 1, 0, ch, L);
+            stage(bbs, a.bb, a, b, a.T, t - 1, 1, ch, L);
+            __syncthreads();
+        }
         const i64 nd = t < K ? t : K;
         for (i64 jb = 0; jb < C; jb += nteams) {
             const i64 j = jb + g;
             const bool act = j < C;
-            Acc<SR> acc;
+            Two<SR> acc;
             acc.init();
+            const i64 slot0 = slot_back(tk, l + 1, K);  // the slot of start t - (l + 1)
             if (act) {
-                const double s = AT(a.sc, b, t - 1, j);
-                i64 slot = (t - 1 - l) % K;  // the slot of start t - d
+                const double sv = scs[r * C + j];
+                i64 slot = slot0;
                 for (i64 d = l + 1; d <= nd; d += team) {
                     const i64 q = slot * C + j;
-                    const double x = rx[q] + s;
+                    const double x = rx[q] + sv;
                     rx[q] = x;
-                    acc.add(x + a.dur[(d - 1) * C + j], SR == SR_ENT ? rh[q] : 0.0, (int)d);
-                    slot -= team;
-                    while (slot < 0) slot += K;
+                    acc.max(x + a.dur[(d - 1) * C + j], (int)d);
+                    slot = slot_back(slot, team, K);
                 }
             }
-            acc.team_reduce(team);
+            acc.max_reduce(team);
+            if (act && SR != SR_MAX) {
+                i64 slot = slot0;
+                for (i64 d = l + 1; d <= nd; d += team) {
+                    const i64 q = slot * C + j;
+                    acc.sum(rx[q] + a.dur[(d - 1) * C + j], SR == SR_ENT ? rh[q] : 0.0);
+                    slot = slot_back(slot, team, K);
+                }
+            }
+            acc.sum_reduce(team);
             if (act && l == 0) {
-                const double x = acc.x() + opt_at(a.eb, a, b, t - 1, j);
+                const double x = acc.x() + ebs[r * C + j];
                 ax[j] = x;
                 if (SR == SR_ENT) ah[j] = acc.h();
                 if (a.alpha) SAVED(a.alpha, b, t, j) = x;
@@ -108,17 +168,21 @@ __device__ void fwd_static(const Args& a) {
         for (i64 jb = 0; jb < C; jb += nteams) {
             const i64 j = jb + g;
             const bool act = j < C;
-            Acc<SR> acc;
+            Two<SR> acc;
             acc.init();
-            if (act) {
-                for (i64 i = l; i < C; i += team)
-                    acc.add(ax[i] + a.tr[i * C + j], SR == SR_ENT ? ah[i] : 0.0, (int)i);
+            if (act && l < wb) {
+                for (i64 i = l; i < C; i += wb) acc.max(ax[i] + a.tr[i * C + j], (int)i);
             }
-            acc.team_reduce(team);
+            acc.max_reduce(wb);
+            if (act && l < wb && SR != SR_MAX) {
+                for (i64 i = l; i < C; i += wb)
+                    acc.sum(ax[i] + a.tr[i * C + j], SR == SR_ENT ? ah[i] : 0.0);
+            }
+            acc.sum_reduce(wb);
             if (act && l == 0) {
                 const double x = acc.x();
-                const i64 q = (t % K) * C + j;
-                rx[q] = x + opt_at(a.bb, a, b, t, j);
+                const i64 q = tk * C + j;
+                rx[q] = x + bbs[r * C + j];
                 if (SR == SR_ENT) rh[q] = acc.h();
                 if (a.u) SAVED(a.u, b, t, j) = x;
                 if (a.bpi) SAVED(a.bpi, b, t, j) = acc.arg;
@@ -139,7 +203,7 @@ __device__ void fwd_static(const Args& a) {
 
 // ---------------------------------------------------------------------------------------
 // Forward, duration-dependent (K, C, C) transition: the ring keeps α of the last K positions
-// (ring2) and r_s(j) = begin_boundary[s, j] ⊗ Σ_{p=s}^{t-1} scores[p, j] (ring).
+// (q) and r_s(j) = begin_boundary[s, j] ⊗ Σ_{p=s}^{t-1} scores[p, j] (r).
 //     α_t(j) = eb[t-1, j] ⊗ ⊕_d duration[d-1, j] ⊗ r_{t-d}(j) ⊗ X(t-d, d, j),
 //     X(0, d, j) = start[j],  X(s, d, j) = ⊕_i α_s(i) ⊗ transition[d-1, i, j].
 // Backpointers (SR_MAX): the best duration and, for it, the best previous label, both by
@@ -147,19 +211,30 @@ __device__ void fwd_static(const Args& a) {
 template <int SR>
 __device__ void fwd_dd(const Args& a) {
     const int b = blockIdx.x;
-    const i64 L = a.len[b], K = a.K, C = a.C;
+    const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
     const int team = a.team, nteams = blockDim.x / team;
     const int g = threadIdx.x / team, l = threadIdx.x % team;
     extern __shared__ double smem[];
     double* ax = smem;
-    double* ah = smem + C;
-    double* rx = a.ring + (i64)b * K * C;
-    double* qx = a.ring2 + (i64)b * K * C;
-    double* qh = a.ring2h ? a.ring2h + (i64)b * K * C : nullptr;
+    double* ah = ax + C;
+    double* scs = ah + C;
+    double* ebs = scs + ch * C;
+    double* bbs = ebs + ch * C;
+    double* rx = a.smem_ring ? bbs + ch * C : a.ring + (i64)b * K * C;
+    double* qx = a.smem_ring ? rx + K * C : a.ring2 + (i64)b * K * C;
+    double* qh = SR != SR_ENT ? nullptr : a.smem_ring ? qx + K * C : a.ring2h + (i64)b * K * C;
 
     for (i64 j = threadIdx.x; j < C; j += blockDim.x) rx[j] = opt_at(a.bb, a, b, 0, j);
-    __syncthreads();
+    i64 tk = 0, r = ch - 1;
     for (i64 t = 1; t <= L; ++t) {
+        tk = tk + 1 == K ? 0 : tk + 1;
+        if (++r == ch) {
+            r = 0;
+            stage(scs, a.sc, a, b, a.T, t - 1, 0, ch, L);
+            stage(ebs, a.eb, a, b, a.T, t - 1, 0, ch, L);
+            stage(bbs, a.bb, a, b, a.T, t - 1, 1, ch, L);
+            __syncthreads();
+        }
         const i64 nd = t < K ? t : K;
         for (i64 jb = 0; jb < C; jb += nteams) {
             const i64 j = jb + g;
@@ -167,15 +242,15 @@ __device__ void fwd_dd(const Args& a) {
             Acc<SR> acc;
             acc.init();
             if (act) {
-                const double sv = AT(a.sc, b, t - 1, j);
-                i64 sl = (t - 1 - l) % K;  // the slot of start t - d
-                for (i64 d = l + 1; d <= nd; d += team, sl -= team) {
-                    while (sl < 0) sl += K;
+                const double sv = scs[r * C + j];
+                i64 sl = slot_back(tk, l + 1, K);  // the slot of start t - d
+                for (i64 d = l + 1; d <= nd; d += team) {
                     const i64 s = t - d;
                     const i64 slot = sl * C;
-                    const double r = rx[slot + j] + sv;
-                    rx[slot + j] = r;
-                    const double w = r + a.dur[(d - 1) * C + j];
+                    sl = slot_back(sl, team, K);
+                    const double rv = rx[slot + j] + sv;
+                    rx[slot + j] = rv;
+                    const double w = rv + a.dur[(d - 1) * C + j];
                     if (s == 0) {
                         acc.add(a.st[j] + w, 0.0, (int)((d - 1) * C));
                     } else {
@@ -185,13 +260,14 @@ __device__ void fwd_dd(const Args& a) {
                         for (i64 i = 0; i < C; ++i)
                             in.add(qx[slot + i] + trd[i * C], SR == SR_ENT ? qh[slot + i] : 0.0,
                                    (int)i);
-                        acc.add(in.x() + w, in.h(), (int)((d - 1) * C + (SR == SR_MAX ? in.arg : 0)));
+                        acc.add(in.x() + w, in.h(),
+                                (int)((d - 1) * C + (SR == SR_MAX ? in.arg : 0)));
                     }
                 }
             }
             acc.team_reduce(team);
             if (act && l == 0) {
-                const double x = acc.x() + opt_at(a.eb, a, b, t - 1, j);
+                const double x = acc.x() + ebs[r * C + j];
                 ax[j] = x;
                 if (SR == SR_ENT) ah[j] = acc.h();
                 if (a.alpha) SAVED(a.alpha, b, t, j) = x;
@@ -204,10 +280,10 @@ __device__ void fwd_dd(const Args& a) {
         __syncthreads();
         if (t == L) break;
         for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
-            const i64 q = (t % K) * C + j;
+            const i64 q = tk * C + j;
             qx[q] = ax[j];
             if (SR == SR_ENT) qh[q] = ah[j];
-            rx[q] = opt_at(a.bb, a, b, t, j);
+            rx[q] = bbs[r * C + j];
         }
         __syncthreads();
     }
@@ -258,17 +334,31 @@ __device__ void bwd_tail(const Args& a, int b, i64 L) {
 //     end       exp(α_e(i) + β_e(i) - log Z)
 //     transition exp(α_s(i) + transition[i, j] + γ_s(j) - log Z)
 // Each duration and transition accumulator is owned by one thread for the whole pass.
+//
+// Positions are staged in chunks of `ch` going down: rows lo..=hi of scores, begin boundary,
+// u and α, and the end boundary of the position before each.
 __device__ void bwd_static(const Args& a) {
     const int b = blockIdx.x;
-    const i64 L = a.len[b], K = a.K, C = a.C;
+    const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
     const double z = a.lz[b];
     const int team = a.team, nteams = blockDim.x / team;
     const int g = threadIdx.x / team, l = threadIdx.x % team;
+    int wb = 1;  // lanes of the team that reduce over the C labels of the transition step
+    while (wb < C && wb < team) wb <<= 1;
     extern __shared__ double smem[];
     double* gam = smem;  // γ_s(j)
-    double* wx = a.ring + (i64)b * K * C;
-    double* pd = a.pdur + (i64)b * K * C;
-    double* pt = a.ptr + (i64)b * C * C;
+    double* scs = gam + 2 * C;
+    double* bbs = scs + ch * C;
+    double* us = bbs + ch * C;
+    double* als = us + ch * C;
+    double* ebs = als + ch * C;
+    double* next = ebs + ch * C;
+    double* wx = a.smem_ring ? next : a.ring + (i64)b * K * C;
+    if (a.smem_ring) next += K * C;
+    double* pd = a.smem_acc ? next : a.pdur + (i64)b * K * C;
+    double* pt = a.smem_acc ? next + K * C : a.ptr + (i64)b * C * C;
+    if (a.smem_acc)
+        for (i64 x = threadIdx.x; x < K * C + C * C; x += blockDim.x) next[x] = 0.0;
 
     for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
         const double al = SAVED(a.alpha, b, L, j);
@@ -277,32 +367,53 @@ __device__ void bwd_static(const Args& a) {
         a.pen[(i64)b * C + j] = em;
         AT(a.geb, b, L - 1, j) = em;
     }
-    __syncthreads();
+    i64 lo = L, sk = L % K;  // the staged chunk starts at lo; s mod K
     for (i64 s = L - 1; s >= 0; --s) {
+        sk = sk == 0 ? K - 1 : sk - 1;
+        if (s < lo) {
+            lo = s + 1 > ch ? s + 1 - ch : 0;
+            const i64 n = s - lo + 1;
+            stage(scs, a.sc, a, b, a.T, lo, 0, n, L);
+            stage(bbs, a.bb, a, b, a.T, lo, 0, n, L);
+            stage(us, a.u, a, b, a.T + 1, lo, 0, n, L);
+            stage(als, a.alpha, a, b, a.T + 1, lo, 0, n, L);
+            stage(ebs, a.eb, a, b, a.T, lo, -1, n, L);
+            __syncthreads();
+        }
+        const i64 r = s - lo;
         const i64 nd = (L - s) < K ? (L - s) : K;
         for (i64 jb = 0; jb < C; jb += nteams) {
             const i64 j = jb + g;
             const bool act = j < C;
-            Acc<SR_LOG> acc;
+            Two<SR_LOG> acc;
             acc.init();
             double uu = 0.0, ub = 0.0, bbv = 0.0;
+            const i64 e0 = slot_fwd(sk, l + 1, K);  // the slot of end s + l + 1
             if (act) {
-                const double sv = AT(a.sc, b, s, j);
-                bbv = opt_at(a.bb, a, b, s, j);
-                uu = SAVED(a.u, b, s, j);
+                const double sv = scs[r * C + j];
+                bbv = bbs[r * C + j];
+                uu = us[r * C + j];
                 ub = uu + bbv;
-                i64 e = (s + l + 1) % K;  // the slot of end s + d
-                for (i64 d = l + 1; d <= nd; d += team, e += team) {
-                    while (e >= K) e -= K;
+                i64 e = e0;
+                for (i64 d = l + 1; d <= nd; d += team) {
                     const i64 q = e * C + j;
+                    e = slot_fwd(e, team, K);
                     const double w = wx[q] + sv;
                     wx[q] = w;
                     const double x = w + a.dur[(d - 1) * C + j];
-                    acc.add(x, 0.0, 0);
+                    acc.max(x, 0);
                     pd[(d - 1) * C + j] += exp(ub + x - z);
                 }
             }
-            acc.team_reduce(team);
+            acc.max_reduce(team);
+            if (act) {
+                i64 e = e0;
+                for (i64 d = l + 1; d <= nd; d += team) {
+                    acc.sum(wx[e * C + j] + a.dur[(d - 1) * C + j], 0.0);
+                    e = slot_fwd(e, team, K);
+                }
+            }
+            acc.sum_reduce(team);
             if (act && l == 0) {
                 const double gs = acc.x() + bbv;
                 gam[j] = gs;
@@ -316,45 +427,62 @@ __device__ void bwd_static(const Args& a) {
         for (i64 ib = 0; ib < C; ib += nteams) {
             const i64 i = ib + g;
             const bool act = i < C;
-            Acc<SR_LOG> acc;
+            Two<SR_LOG> acc;
             acc.init();
             double al = 0.0;
-            if (act) {
-                al = SAVED(a.alpha, b, s, i);
-                for (i64 j = l; j < C; j += team) {
+            if (act && l < wb) {
+                al = als[r * C + i];
+                for (i64 j = l; j < C; j += wb) {
                     const double x = a.tr[i * C + j] + gam[j];
-                    acc.add(x, 0.0, 0);
+                    acc.max(x, 0);
                     pt[i * C + j] += exp(al + x - z);
                 }
             }
-            acc.team_reduce(team);
+            acc.max_reduce(wb);
+            if (act && l < wb) {
+                for (i64 j = l; j < C; j += wb) acc.sum(a.tr[i * C + j] + gam[j], 0.0);
+            }
+            acc.sum_reduce(wb);
             if (act && l == 0) {
                 const double be = acc.x();
                 AT(a.geb, b, s - 1, i) = exp(al + be - z);
-                wx[(s % K) * C + i] = be + opt_at(a.eb, a, b, s - 1, i);
+                wx[sk * C + i] = be + ebs[r * C + i];
             }
         }
         __syncthreads();
     }
     __syncthreads();
+    if (a.smem_acc) {
+        for (i64 x = threadIdx.x; x < K * C; x += blockDim.x) a.pdur[(i64)b * K * C + x] = pd[x];
+        for (i64 x = threadIdx.x; x < C * C; x += blockDim.x) a.ptr[(i64)b * C * C + x] = pt[x];
+    }
     bwd_tail(a, b, L);
 }
 
 // Backward, duration-dependent transition. With h(s, d, j) = bb[s, j] + duration[d-1, j] +
-// w_{s+d}(j) (kept in ring2 for the step) and X(s, d, j) as in the forward,
+// w_{s+d}(j) (kept in hx for the step) and X(s, d, j) as in the forward,
 //     β_s(i) = ⊕_{d, j} transition[d-1, i, j] ⊗ h(s, d, j),
 //     duration and begin marginals from exp(X(s, d, j) + h(s, d, j) - log Z),
 //     transition marginals exp(α_s(i) + transition[d-1, i, j] + h(s, d, j) - log Z).
 __device__ void bwd_dd(const Args& a) {
     const int b = blockIdx.x;
-    const i64 L = a.len[b], K = a.K, C = a.C;
+    const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
     const double z = a.lz[b];
     const int team = a.team, nteams = blockDim.x / team;
     const int g = threadIdx.x / team, l = threadIdx.x % team;
-    double* wx = a.ring + (i64)b * K * C;
-    double* hx = a.ring2 + (i64)b * K * C;  // h(s, d, j) at [(d-1)*C + j]
-    double* pd = a.pdur + (i64)b * K * C;
-    double* pt = a.ptr + (i64)b * K * C * C;
+    extern __shared__ double smem[];
+    double* scs = smem + 2 * C;
+    double* bbs = scs + ch * C;
+    double* als = bbs + ch * C;
+    double* ebs = als + ch * C;
+    double* next = ebs + 2 * ch * C;
+    double* wx = a.smem_ring ? next : a.ring + (i64)b * K * C;
+    double* hx = a.smem_ring ? next + K * C : a.ring2 + (i64)b * K * C;  // [(d-1)*C + j]
+    if (a.smem_ring) next += 2 * K * C;
+    double* pd = a.smem_acc ? next : a.pdur + (i64)b * K * C;
+    double* pt = a.smem_acc ? next + K * C : a.ptr + (i64)b * K * C * C;
+    if (a.smem_acc)
+        for (i64 x = threadIdx.x; x < K * C + K * C * C; x += blockDim.x) next[x] = 0.0;
 
     for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
         const double al = SAVED(a.alpha, b, L, j);
@@ -363,20 +491,31 @@ __device__ void bwd_dd(const Args& a) {
         a.pen[(i64)b * C + j] = em;
         AT(a.geb, b, L - 1, j) = em;
     }
-    __syncthreads();
+    i64 lo = L, sk = L % K;
     for (i64 s = L - 1; s >= 0; --s) {
+        sk = sk == 0 ? K - 1 : sk - 1;
+        if (s < lo) {
+            lo = s + 1 > ch ? s + 1 - ch : 0;
+            const i64 n = s - lo + 1;
+            stage(scs, a.sc, a, b, a.T, lo, 0, n, L);
+            stage(bbs, a.bb, a, b, a.T, lo, 0, n, L);
+            stage(als, a.alpha, a, b, a.T + 1, lo, 0, n, L);
+            stage(ebs, a.eb, a, b, a.T, lo, -1, n, L);
+            __syncthreads();
+        }
+        const i64 r = s - lo;
         const i64 nd = (L - s) < K ? (L - s) : K;
         for (i64 jb = 0; jb < C; jb += nteams) {
             const i64 j = jb + g;
             const bool act = j < C;
             double sum = 0.0;
             if (act) {
-                const double sv = AT(a.sc, b, s, j);
-                const double bbv = opt_at(a.bb, a, b, s, j);
-                i64 e = (s + l + 1) % K;  // the slot of end s + d
-                for (i64 d = l + 1; d <= nd; d += team, e += team) {
-                    while (e >= K) e -= K;
+                const double sv = scs[r * C + j];
+                const double bbv = bbs[r * C + j];
+                i64 e = slot_fwd(sk, l + 1, K);  // the slot of end s + d
+                for (i64 d = l + 1; d <= nd; d += team) {
                     const i64 q = e * C + j;
+                    e = slot_fwd(e, team, K);
                     const double w = wx[q] + sv;
                     wx[q] = w;
                     const double h = bbv + a.dur[(d - 1) * C + j] + w;
@@ -388,7 +527,7 @@ __device__ void bwd_dd(const Args& a) {
                         Acc<SR_LOG> in;
                         in.init();
                         const double* trd = a.tr + (d - 1) * C * C + j;
-                        for (i64 i = 0; i < C; ++i) in.add(SAVED(a.alpha, b, s, i) + trd[i * C], 0.0, 0);
+                        for (i64 i = 0; i < C; ++i) in.add(als[r * C + i] + trd[i * C], 0.0, 0);
                         X = in.x();
                     }
                     const double mu = exp(X + h - z);
@@ -411,7 +550,7 @@ __device__ void bwd_dd(const Args& a) {
             acc.init();
             double al = 0.0;
             if (act) {
-                al = SAVED(a.alpha, b, s, i);
+                al = als[r * C + i];
                 for (i64 q = l; q < nd * C; q += team) {
                     const i64 d1 = q / C, j = q % C;
                     const double x = a.tr[d1 * C * C + i * C + j] + hx[q];
@@ -423,12 +562,17 @@ __device__ void bwd_dd(const Args& a) {
             if (act && l == 0) {
                 const double be = acc.x();
                 AT(a.geb, b, s - 1, i) = exp(al + be - z);
-                wx[(s % K) * C + i] = be + opt_at(a.eb, a, b, s - 1, i);
+                wx[sk * C + i] = be + ebs[r * C + i];
             }
         }
         __syncthreads();
     }
     __syncthreads();
+    if (a.smem_acc) {
+        for (i64 x = threadIdx.x; x < K * C; x += blockDim.x) a.pdur[(i64)b * K * C + x] = pd[x];
+        for (i64 x = threadIdx.x; x < K * C * C; x += blockDim.x)
+            a.ptr[(i64)b * K * C * C + x] = pt[x];
+    }
     bwd_tail(a, b, L);
 }
 

@@ -33,6 +33,8 @@ pub(crate) struct Gpu {
     pub(crate) stream: Arc<CudaStream>,
     _module: Arc<CudaModule>,
     functions: HashMap<&'static str, CudaFunction>,
+    /// The most dynamic shared memory a block may use (bytes), opted in for every kernel.
+    pub(crate) smem_limit: usize,
     /// Calls on one device are serialised: they share the stream and its buffers' order.
     pub(crate) lock: Mutex<()>,
 }
@@ -116,11 +118,21 @@ fn open(ordinal: usize) -> Opened {
     let module = ctx
         .load_module(ptx)
         .map_err(|e| format!("loading the kernels: {e:?}"))?;
+    use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+    let smem_limit = ctx
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .map_err(|e| format!("shared memory limit: {e:?}"))?
+        .max(48 * 1024);
     let mut functions = HashMap::new();
     for name in KERNELS {
         let f = module
             .load_function(name)
             .map_err(|e| format!("kernel {name}: {e:?}"))?;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem_limit,
+        )
+        .map_err(|e| format!("kernel {name}: shared memory: {e:?}"))?;
         functions.insert(name, f);
     }
     let stream = ctx.default_stream();
@@ -129,6 +141,7 @@ fn open(ordinal: usize) -> Opened {
         stream,
         _module: module,
         functions,
+        smem_limit: smem_limit as usize,
         lock: Mutex::new(()),
     }))
 }

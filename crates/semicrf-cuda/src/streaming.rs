@@ -47,7 +47,9 @@ struct Args {
     k: i64,
     c: i64,
     team: i32,
-    _pad: i32,
+    ch: i32,
+    smem_ring: i32,
+    smem_acc: i32,
 }
 
 // SAFETY: a plain `repr(C)` block of integers, laid out as the kernels' `struct Args`.
@@ -78,6 +80,55 @@ pub(crate) fn plan(k: usize, c: usize) -> (usize, usize) {
     let teams = c.min(1024 / team).max(1);
     let threads = (teams * team).div_ceil(32) * 32;
     (team, threads)
+}
+
+/// A kernel's use of shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Smem {
+    /// Positions staged at a time.
+    pub ch: usize,
+    /// Whether the rings fit in shared memory.
+    pub ring: bool,
+    /// Whether the backward's shared-parameter accumulators do too.
+    pub acc: bool,
+    /// Dynamic shared memory in bytes.
+    pub bytes: usize,
+}
+
+/// Which kernel a layout is for: `(stages, ring words, accumulator words)` per `K`, `C`.
+fn parts(kernel: &str, k: usize, c: usize) -> (usize, usize, usize) {
+    let kc = k * c;
+    match kernel {
+        "fwd_static_ent" => (3, 2 * kc, 0),
+        "fwd_dd_ent" => (3, 3 * kc, 0),
+        "bwd_static_log" => (5, kc, kc + c * c),
+        "bwd_dd_log" => (5, 2 * kc, kc + kc * c),
+        k if k.starts_with("fwd_dd") => (3, 2 * kc, 0),
+        _ => (3, kc, 0),
+    }
+}
+
+/// The shared-memory layout of `kernel` for `K`, `C` within `limit` bytes: staged rows
+/// always, then the rings, then the accumulators, each where it fits.
+pub(crate) fn smem(kernel: &str, k: usize, c: usize, limit: usize) -> Smem {
+    let (stages, ring, acc) = parts(kernel, k, c);
+    let words = limit / 8;
+    let ch = (1024 / c.max(1)).clamp(1, 32);
+    let mut used = 2 * c + stages * ch * c;
+    let ring_fits = used.saturating_add(ring) <= words;
+    if ring_fits {
+        used += ring;
+    }
+    let acc_fits = acc > 0 && used.saturating_add(acc) <= words;
+    if acc_fits {
+        used += acc;
+    }
+    Smem {
+        ch,
+        ring: ring_fits,
+        acc: acc_fits,
+        bytes: used * 8,
+    }
 }
 
 /// Device bytes a call allocates for `shape` (inputs with both boundaries counted, so an
@@ -252,13 +303,28 @@ impl<'g> Call<'g> {
 
     fn launch(&self, kernel: &str, args: &Args) -> Result<()> {
         let f = self.gpu.function(kernel);
+        let sh = self.shape;
+        let m = smem(kernel, sh.max_duration, sh.labels, self.gpu.smem_limit);
+        if m.bytes > self.gpu.smem_limit {
+            return Err(Error::Unsupported {
+                backend: self.backend.into(),
+                what: format!(
+                    "{} labels: the kernel's {} bytes of shared memory exceed the device's {}",
+                    sh.labels, m.bytes, self.gpu.smem_limit
+                ),
+            });
+        }
+        let mut args = *args;
+        args.ch = m.ch as i32;
+        args.smem_ring = m.ring as i32;
+        args.smem_acc = m.acc as i32;
         let cfg = LaunchConfig {
-            grid_dim: (self.shape.batch as u32, 1, 1),
+            grid_dim: (sh.batch as u32, 1, 1),
             block_dim: (self.threads as u32, 1, 1),
-            shared_mem_bytes: (2 * self.shape.labels * 8) as u32,
+            shared_mem_bytes: m.bytes as u32,
         };
         let mut b = self.gpu.stream.launch_builder(f);
-        b.arg(args);
+        b.arg(&args);
         // SAFETY: `args` matches the kernel's `struct Args`, every pointer in it is a live
         // allocation of this call sized for the shape (or null where the kernel checks), and
         // the grid has one block per sequence.
