@@ -15,8 +15,7 @@
 //! - You need training loops, feature extraction or automatic differentiation through a
 //!   larger model: semicrf computes log Z and its exact gradients with respect to the
 //!   potentials; plug those into your own optimiser or autodiff framework.
-//! - You need GPUs today: the CUDA engines are not implemented yet and report
-//!   [`Error::BackendUnavailable`].
+//! - You need the exact or scan algorithm (edge input) on a GPU: only streaming runs on CUDA.
 //!
 //! # Example
 //!
@@ -98,9 +97,10 @@
 //! # Crate features
 //!
 //! - `cpu` (default): the CPU engines of `semicrf-cpu` (rayon).
-//! - `cuda`: the CUDA engines of `semicrf-cuda` for [`Device::Cuda`]. They are not implemented
-//!   yet: every request reports [`Error::BackendUnavailable`]. Without this feature a CUDA
-//!   device reports [`Error::BackendUnavailable`] saying so.
+//! - `cuda`: the CUDA streaming engine of `semicrf-cuda` for [`Device::Cuda`] (kernels
+//!   compiled by NVRTC at first use; a machine without a CUDA driver gets
+//!   [`Error::BackendUnavailable`] with the reason). Without this feature a CUDA device
+//!   reports [`Error::BackendUnavailable`] saying so.
 //! - `cli` (default): the `semicrf` command-line tool (`semicrf eval --input problem.json`),
 //!   which reads and writes the JSON interchange format of the specification.
 #![forbid(unsafe_code)]

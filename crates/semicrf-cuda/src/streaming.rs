@@ -73,10 +73,28 @@ impl Ring {
     }
 }
 
-/// Lanes per team and threads per block for `K` and `C`: a team covers about a quarter of
-/// the larger of the two loops, so each lane has a few items and the butterfly is short.
+/// Lanes per team and threads per block for `K` and `C`: a team covers about half of the
+/// larger of the two loops (up to a warp), so each lane has about two items.
 pub(crate) fn plan(k: usize, c: usize) -> (usize, usize) {
-    let team = k.max(c).div_ceil(4).next_power_of_two().clamp(1, 32);
+    plan_with(k, c, items_per_lane())
+}
+
+/// Items per lane the plan aims at: `SEMICRF_CUDA_ITEMS` (for tuning), else the default.
+fn items_per_lane() -> usize {
+    std::env::var("SEMICRF_CUDA_ITEMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n >= 1)
+        .unwrap_or(ITEMS_PER_LANE)
+}
+
+/// The default number of items per lane. Measured on an H100 (forward, S2-S7): 2 items per
+/// lane beat 4, 8, 16 and 32 (fewer butterfly levels do not pay for the longer per-lane work).
+const ITEMS_PER_LANE: usize = 2;
+
+/// [`plan`] for a given number of items per lane.
+pub(crate) fn plan_with(k: usize, c: usize, items: usize) -> (usize, usize) {
+    let team = k.max(c).div_ceil(items).next_power_of_two().clamp(1, 32);
     let teams = c.min(1024 / team).max(1);
     let threads = (teams * team).div_ceil(32) * 32;
     (team, threads)
