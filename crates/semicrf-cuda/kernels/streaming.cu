@@ -325,6 +325,28 @@ __device__ void bwd_tail(const Args& a, int b, i64 L) {
     }
 }
 
+// Backward, both forms: the last position. β_L(j) = end[j] enters the w ring, and the end
+// marginals of position L - 1 (and of `end`) are exp(α_L(j) + end[j] - log Z).
+__device__ void bwd_begin(const Args& a, int b, i64 L, double z, double* wx) {
+    const i64 K = a.K, C = a.C;
+    for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
+        const double al = SAVED(a.alpha, b, L, j);
+        wx[(L % K) * C + j] = a.en[j] + opt_at(a.eb, a, b, L - 1, j);
+        const double em = exp(al + a.en[j] - z);
+        a.pen[(i64)b * C + j] = em;
+        AT(a.geb, b, L - 1, j) = em;
+    }
+}
+
+// Backward, both forms: copies the duration and transition accumulators (`ntr` transition
+// entries per sequence) out of shared memory when they were kept there.
+__device__ void bwd_flush(const Args& a, int b, const double* pd, const double* pt, i64 ntr) {
+    if (!a.smem_acc) return;
+    const i64 kc = a.K * a.C;
+    for (i64 x = threadIdx.x; x < kc; x += blockDim.x) a.pdur[(i64)b * kc + x] = pd[x];
+    for (i64 x = threadIdx.x; x < ntr; x += blockDim.x) a.ptr[(i64)b * ntr + x] = pt[x];
+}
+
 // Backward, static transition. The w ring keeps, for the next K ends e and each label j,
 //     w_e(j) = β_e(j) ⊗ end_boundary[e-1, j] ⊗ Σ_{p=s}^{e-1} scores[p, j],
 // so that γ_s(j) = begin_boundary[s, j] ⊗ ⊕_d duration[d-1, j] ⊗ w_{s+d}(j) and
@@ -360,13 +382,7 @@ __device__ void bwd_static(const Args& a) {
     if (a.smem_acc)
         for (i64 x = threadIdx.x; x < K * C + C * C; x += blockDim.x) next[x] = 0.0;
 
-    for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
-        const double al = SAVED(a.alpha, b, L, j);
-        wx[(L % K) * C + j] = a.en[j] + opt_at(a.eb, a, b, L - 1, j);
-        const double em = exp(al + a.en[j] - z);
-        a.pen[(i64)b * C + j] = em;
-        AT(a.geb, b, L - 1, j) = em;
-    }
+    bwd_begin(a, b, L, z, wx);
     i64 lo = L, sk = L % K;  // the staged chunk starts at lo; s mod K
     for (i64 s = L - 1; s >= 0; --s) {
         sk = sk == 0 ? K - 1 : sk - 1;
@@ -452,10 +468,7 @@ __device__ void bwd_static(const Args& a) {
         __syncthreads();
     }
     __syncthreads();
-    if (a.smem_acc) {
-        for (i64 x = threadIdx.x; x < K * C; x += blockDim.x) a.pdur[(i64)b * K * C + x] = pd[x];
-        for (i64 x = threadIdx.x; x < C * C; x += blockDim.x) a.ptr[(i64)b * C * C + x] = pt[x];
-    }
+    bwd_flush(a, b, pd, pt, C * C);
     bwd_tail(a, b, L);
 }
 
@@ -484,13 +497,7 @@ __device__ void bwd_dd(const Args& a) {
     if (a.smem_acc)
         for (i64 x = threadIdx.x; x < K * C + K * C * C; x += blockDim.x) next[x] = 0.0;
 
-    for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
-        const double al = SAVED(a.alpha, b, L, j);
-        wx[(L % K) * C + j] = a.en[j] + opt_at(a.eb, a, b, L - 1, j);
-        const double em = exp(al + a.en[j] - z);
-        a.pen[(i64)b * C + j] = em;
-        AT(a.geb, b, L - 1, j) = em;
-    }
+    bwd_begin(a, b, L, z, wx);
     i64 lo = L, sk = L % K;
     for (i64 s = L - 1; s >= 0; --s) {
         sk = sk == 0 ? K - 1 : sk - 1;
@@ -568,11 +575,7 @@ __device__ void bwd_dd(const Args& a) {
         __syncthreads();
     }
     __syncthreads();
-    if (a.smem_acc) {
-        for (i64 x = threadIdx.x; x < K * C; x += blockDim.x) a.pdur[(i64)b * K * C + x] = pd[x];
-        for (i64 x = threadIdx.x; x < K * C * C; x += blockDim.x)
-            a.ptr[(i64)b * K * C * C + x] = pt[x];
-    }
+    bwd_flush(a, b, pd, pt, K * C * C);
     bwd_tail(a, b, L);
 }
 
