@@ -1069,6 +1069,15 @@ fn gpu_ready() -> bool {
 #[cfg(feature = "cuda")]
 conformance!(cuda, cuda_streaming, gpu_ready);
 
+/// The CUDA streaming engine with the log semiring in the log-domain kernels only.
+#[cfg(feature = "cuda")]
+fn cuda_streaming_log(_: Parallelism) -> semicrf_cuda::CudaEngine {
+    semicrf_cuda::CudaEngine::new(semicrf_core::Algorithm::Streaming, 0).log_domain_only()
+}
+
+#[cfg(feature = "cuda")]
+conformance!(cuda_log, cuda_streaming_log, gpu_ready);
+
 /// The oracle's own finite-difference check, so the suite's gradient machinery is known to be
 /// able to fail: a perturbed gradient must be caught.
 #[test]

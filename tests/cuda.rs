@@ -37,9 +37,21 @@ fn gpu() -> Option<CudaEngine> {
 #[test]
 fn every_block_layout_matches_the_cpu_engine() {
     let Some(cuda) = gpu() else { return };
+    layouts_match(&cuda, "cuda");
+}
+
+/// The same with the log semiring in the log-domain kernels only.
+#[test]
+fn every_block_layout_matches_the_cpu_engine_in_the_log_domain() {
+    let Some(cuda) = gpu() else { return };
+    layouts_match(&cuda.log_domain_only(), "cuda (log domain)");
+}
+
+fn layouts_match(cuda: &CudaEngine, name: &str) {
+    let cuda = *cuda;
     let cpu = StreamingEngine::new().parallelism(Parallelism::Rayon);
-    let worst_z = Worst::new("cuda vs cpu: log Z (relative)");
-    let worst_g = Worst::new("cuda vs cpu: gradients (absolute)");
+    let worst_z = Worst::new(format!("{name} vs cpu: log Z (relative)"));
+    let worst_g = Worst::new(format!("{name} vs cpu: gradients (absolute)"));
     let mut n = 0;
     for (x, k) in [1usize, 2, 3, 64, 1000].into_iter().enumerate() {
         for (y, c) in [1usize, 3, 5, 24, 33, 100].into_iter().enumerate() {
@@ -128,6 +140,69 @@ fn every_block_layout_matches_the_cpu_engine() {
         }
     }
     assert_eq!(n, 60);
+}
+
+/// Sequences the linear-domain kernels give up (a score beyond their range; values that
+/// underflow and may matter later) or keep (labels far apart, so that many twins underflow
+/// for good) next to ordinary ones in one batch: every sequence matches CPU streaming (log Z)
+/// and the oracle (gradients, boundary marginals).
+#[test]
+fn sequences_beyond_the_linear_domain_are_answered_exactly() {
+    let Some(cuda) = gpu() else { return };
+    let cpu = StreamingEngine::new().parallelism(Parallelism::Rayon);
+    let worst = Worst::new("linear-domain edge cases vs the oracle: score gradients (absolute)");
+    for (k, c, len, case) in [
+        (64, 5, 300, "range"),
+        (1000, 3, 2500, "apart"),
+        (40, 4, 600, "steep"),
+    ] {
+        let mut spec = GenSpec::new(4, len, k, c).everything();
+        spec.transition = TransitionKind::Static;
+        let mut owned = random_problem(17, &spec);
+        match case {
+            // Sequence 1 has a score of 60 nats (beyond the linear range).
+            "range" => owned.scores[[1, len / 2, 0]] = 60.0,
+            // Label 0 scores 4 nats a position above the others in every sequence: the
+            // others' ring entries fall far below the reference and underflow.
+            "apart" => owned
+                .scores
+                .indexed_iter_mut()
+                .for_each(|(ix, x)| if ix[2] == 0 { *x += 4.0 } else { *x -= 4.0 }),
+            // Sequence 2 alternates which label is far ahead, every 30 positions: twins that
+            // underflowed must not come back.
+            _ => owned.scores.indexed_iter_mut().for_each(|(ix, x)| {
+                if ix[0] == 2 && ix[2] == (ix[1] / 30) % c {
+                    *x += 45.0
+                }
+            }),
+        }
+        let p = Problem::Structured(owned.view().unwrap());
+        let tag = format!("{case}: K={k} C={c} T={len}");
+        let z = Engine::<f64>::forward::<LogSemiring>(&cuda, &p).unwrap();
+        let zc = cpu.forward::<LogSemiring>(&p).unwrap();
+        for b in 0..4 {
+            assert!(
+                Tolerance::F64_VALUES.ok(z[b], zc[b]),
+                "{tag} b={b}: log Z {} vs {}",
+                z[b],
+                zc[b]
+            );
+        }
+        // Against the oracle: at log Z ≈ 10⁴ the CPU engine's own rounding (≈ 2e-10 in the
+        // marginals, measured) is of the order of the tolerance.
+        let g = upstream(5, 4);
+        let got = Engine::<f64>::backward(&cuda, &p, &g).unwrap();
+        let want = Reference.backward(&p, &g).unwrap();
+        if let (Some(a), Some(w)) = (&got.grad.scores, &want.grad.scores) {
+            for (x, y) in a.iter().zip(w.iter()) {
+                worst.see((x - y).abs());
+            }
+        }
+        assert_gradients_close(&tag, &got.grad, &want.grad, Tolerance::F64_GRADS);
+        for (a, w) in got.boundary_marginals.iter().zip(&want.boundary_marginals) {
+            assert!((a - w).abs() <= 1e-9, "{tag}: boundary marginal {a} vs {w}");
+        }
+    }
 }
 
 /// Small problems against brute-force enumeration directly, every optional input.

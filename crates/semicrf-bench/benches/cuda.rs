@@ -1,4 +1,5 @@
-//! `cuda/streaming/*`: the CUDA streaming engine on device 0 (needs the `cuda` feature and a
+//! `cuda/streaming/*`: the CUDA streaming engine on device 0 (`cuda-log/streaming/*`: the
+//! same with the log semiring in the log-domain kernels only) (needs the `cuda` feature and a
 //! GPU; otherwise the group says why and times nothing). Each iteration is one whole call:
 //! inputs copied to the device, kernels, results copied back.
 
@@ -19,17 +20,22 @@ fn cuda_benches(c: &mut Criterion) {
         eprintln!("note: cuda/streaming skipped: {e}");
         return;
     }
-    let engine = AnyEngine::Cuda(gpu);
-    bench(
-        c,
-        &Plan {
-            device: "cuda",
-            algo: "streaming",
-            engine: &engine,
-            materialises_edges: false,
-            work: |s| semicrf_bench::lse_terms(s) as f64,
-        },
-    );
+    // `cuda-log`: the same engine with the log semiring in the log-domain kernels only.
+    for (device, engine) in [
+        ("cuda", AnyEngine::Cuda(gpu)),
+        ("cuda-log", AnyEngine::Cuda(gpu.log_domain_only())),
+    ] {
+        bench(
+            c,
+            &Plan {
+                device,
+                algo: "streaming",
+                engine: &engine,
+                materialises_edges: false,
+                work: |s| semicrf_bench::lse_terms(s) as f64,
+            },
+        );
+    }
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -43,6 +43,11 @@ struct Args {
     double* ptr;        // (B, C, C) or (B, K, C, C) transition marginals per sequence
     double* pst;        // (B, C) start marginals
     double* pen;        // (B, C) end marginals
+    const int* seq;     // (grid) the sequence of each block, or null (block b runs sequence b)
+    int* flag;          // (B) why the linear-domain kernels gave a sequence up (0: they did not)
+    i64* ex;            // (B, T+1) power-of-two exponents of the linear forward's saved tables
+    double* zl;         // (B) the linear forward's Z, relative to 2^ex[b, L]
+    const double* lin;  // prepared linear-domain parameters (linear.cu)
     i64 T, K, C;
     int team;
     int ch;         // positions staged in shared memory at a time
@@ -94,7 +99,7 @@ __device__ __forceinline__ i64 slot_fwd(i64 x, i64 y, i64 K) {
 // u for the backward pass; with `a.bpd` set it records Viterbi backpointers (SR_MAX).
 template <int SR>
 __device__ void fwd_static(const Args& a) {
-    const int b = blockIdx.x;
+    const int b = a.seq ? a.seq[blockIdx.x] : (int)blockIdx.x;
     const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
     const int team = a.team, nteams = blockDim.x / team;
     const int g = threadIdx.x / team, l = threadIdx.x % team;
@@ -210,7 +215,7 @@ __device__ void fwd_static(const Args& a) {
 // (t, j); the index (d-1)·C + i orders ties by the smaller duration, then the smaller label.
 template <int SR>
 __device__ void fwd_dd(const Args& a) {
-    const int b = blockIdx.x;
+    const int b = a.seq ? a.seq[blockIdx.x] : (int)blockIdx.x;
     const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
     const int team = a.team, nteams = blockDim.x / team;
     const int g = threadIdx.x / team, l = threadIdx.x % team;
@@ -360,7 +365,7 @@ __device__ void bwd_flush(const Args& a, int b, const double* pd, const double* 
 // Positions are staged in chunks of `ch` going down: rows lo..=hi of scores, begin boundary,
 // u and α, and the end boundary of the position before each.
 __device__ void bwd_static(const Args& a) {
-    const int b = blockIdx.x;
+    const int b = a.seq ? a.seq[blockIdx.x] : (int)blockIdx.x;
     const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
     const double z = a.lz[b];
     const int team = a.team, nteams = blockDim.x / team;
@@ -379,8 +384,9 @@ __device__ void bwd_static(const Args& a) {
     if (a.smem_ring) next += K * C;
     double* pd = a.smem_acc ? next : a.pdur + (i64)b * K * C;
     double* pt = a.smem_acc ? next + K * C : a.ptr + (i64)b * C * C;
-    if (a.smem_acc)
-        for (i64 x = threadIdx.x; x < K * C + C * C; x += blockDim.x) next[x] = 0.0;
+    for (i64 x = threadIdx.x; x < K * C; x += blockDim.x) pd[x] = 0.0;
+    for (i64 x = threadIdx.x; x < C * C; x += blockDim.x) pt[x] = 0.0;
+    __syncthreads();
 
     bwd_begin(a, b, L, z, wx);
     i64 lo = L, sk = L % K;  // the staged chunk starts at lo; s mod K
@@ -478,7 +484,7 @@ __device__ void bwd_static(const Args& a) {
 //     duration and begin marginals from exp(X(s, d, j) + h(s, d, j) - log Z),
 //     transition marginals exp(α_s(i) + transition[d-1, i, j] + h(s, d, j) - log Z).
 __device__ void bwd_dd(const Args& a) {
-    const int b = blockIdx.x;
+    const int b = a.seq ? a.seq[blockIdx.x] : (int)blockIdx.x;
     const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
     const double z = a.lz[b];
     const int team = a.team, nteams = blockDim.x / team;
@@ -494,8 +500,9 @@ __device__ void bwd_dd(const Args& a) {
     if (a.smem_ring) next += 2 * K * C;
     double* pd = a.smem_acc ? next : a.pdur + (i64)b * K * C;
     double* pt = a.smem_acc ? next + K * C : a.ptr + (i64)b * K * C * C;
-    if (a.smem_acc)
-        for (i64 x = threadIdx.x; x < K * C + K * C * C; x += blockDim.x) next[x] = 0.0;
+    for (i64 x = threadIdx.x; x < K * C; x += blockDim.x) pd[x] = 0.0;
+    for (i64 x = threadIdx.x; x < K * C * C; x += blockDim.x) pt[x] = 0.0;
+    __syncthreads();
 
     bwd_begin(a, b, L, z, wx);
     i64 lo = L, sk = L % K;

@@ -10,13 +10,16 @@ use cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
 use semicrf_core::{Error, Result};
 
 /// The kernel sources, compiled together by NVRTC.
-const SOURCES: [&str; 2] = [
+const SOURCES: [&str; 3] = [
     include_str!("../kernels/semiring.cuh"),
     include_str!("../kernels/streaming.cu"),
+    include_str!("../kernels/linear.cu"),
 ];
 
 /// The kernels the module exports.
-pub(crate) const KERNELS: [&str; 8] = [
+pub(crate) const KERNELS: [&str; 10] = [
+    "fwd_lin_log",
+    "bwd_lin_log",
     "fwd_static_log",
     "fwd_static_max",
     "fwd_static_ent",

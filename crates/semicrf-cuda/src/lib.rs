@@ -82,12 +82,26 @@ pub const NOT_IMPLEMENTED: &str = "the CUDA exact and scan kernels are not imple
 pub struct CudaEngine {
     algorithm: Algorithm,
     ordinal: usize,
+    linear: bool,
 }
 
 impl CudaEngine {
     /// The engine of `algorithm` on CUDA device `ordinal`.
     pub fn new(algorithm: Algorithm, ordinal: usize) -> Self {
-        CudaEngine { algorithm, ordinal }
+        CudaEngine {
+            algorithm,
+            ordinal,
+            linear: true,
+        }
+    }
+
+    /// The same engine without the linear-domain kernels: the log semiring's forward and
+    /// backward run in the log domain for every sequence, as they do by default only for
+    /// sequences outside the linear domain's range (see the crate docs). Slower; for
+    /// comparison and testing.
+    pub fn log_domain_only(mut self) -> Self {
+        self.linear = false;
+        self
     }
 
     /// The CUDA device ordinal.
@@ -204,14 +218,14 @@ impl<F: Scalar> Engine<F> for CudaEngine {
         let gpu = self.gpu()?;
         let p = self.structured(problem)?;
         let ring = self.ring::<S>()?;
-        let out = streaming::forward(&gpu, &self.backend(), p, ring)?;
+        let out = streaming::forward(&gpu, &self.backend(), p, ring, self.linear)?;
         Ok(out.iter().map(|w| S::from_words(&w[..S::WIDTH])).collect())
     }
     fn backward(&self, problem: &Problem<'_, F>, upstream: &[f64]) -> Result<Backward> {
         let gpu = self.gpu()?;
         let p = self.structured(problem)?;
         semicrf_core::check_upstream(upstream, p.shape().batch)?;
-        streaming::backward(&gpu, &self.backend(), p, upstream)
+        streaming::backward(&gpu, &self.backend(), p, upstream, self.linear)
     }
     fn viterbi(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
         let gpu = self.gpu()?;

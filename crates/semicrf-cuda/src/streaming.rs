@@ -43,6 +43,11 @@ struct Args {
     ptr: u64,
     pst: u64,
     pen: u64,
+    seq: u64,
+    flag: u64,
+    ex: u64,
+    zl: u64,
+    lin: u64,
     t: i64,
     k: i64,
     c: i64,
@@ -113,26 +118,31 @@ pub(crate) struct Smem {
     pub bytes: usize,
 }
 
-/// Which kernel a layout is for: `(stages, ring words, accumulator words)` per `K`, `C`.
-fn parts(kernel: &str, k: usize, c: usize) -> (usize, usize, usize) {
+/// Which kernel a layout is for: `(header words, stages, ring words, accumulator words)` per
+/// `K`, `C`.
+fn parts(kernel: &str, k: usize, c: usize) -> (usize, usize, usize, usize) {
     let kc = k * c;
+    // The linear-domain kernels' header: three per-label rows, two scalars, 32 exponents.
+    let lin = 3 * c + 34;
     match kernel {
-        "fwd_static_ent" => (3, 2 * kc, 0),
-        "fwd_dd_ent" => (3, 3 * kc, 0),
-        "bwd_static_log" => (5, kc, kc + c * c),
-        "bwd_dd_log" => (5, 2 * kc, kc + kc * c),
-        k if k.starts_with("fwd_dd") => (3, 2 * kc, 0),
-        _ => (3, kc, 0),
+        "fwd_lin_log" => (lin, 3, kc, 0),
+        "bwd_lin_log" => (lin, 5, kc, kc + c * c),
+        "fwd_static_ent" => (2 * c, 3, 2 * kc, 0),
+        "fwd_dd_ent" => (2 * c, 3, 3 * kc, 0),
+        "bwd_static_log" => (2 * c, 5, kc, kc + c * c),
+        "bwd_dd_log" => (2 * c, 5, 2 * kc, kc + kc * c),
+        k if k.starts_with("fwd_dd") => (2 * c, 3, 2 * kc, 0),
+        _ => (2 * c, 3, kc, 0),
     }
 }
 
 /// The shared-memory layout of `kernel` for `K`, `C` within `limit` bytes: staged rows
 /// always, then the rings, then the accumulators, each where it fits.
 pub(crate) fn smem(kernel: &str, k: usize, c: usize, limit: usize) -> Smem {
-    let (stages, ring, acc) = parts(kernel, k, c);
+    let (header, stages, ring, acc) = parts(kernel, k, c);
     let words = limit / 8;
     let ch = (1024 / c.max(1)).clamp(1, 32);
-    let mut used = 2 * c + stages * ch * c;
+    let mut used = header + stages * ch * c;
     let ring_fits = used.saturating_add(ring) <= words;
     if ring_fits {
         used += ring;
@@ -165,7 +175,17 @@ pub(crate) fn bytes(shape: Shape, dd: bool, what: What) -> ByteCount {
         + ByteCount::f64s(&[b]);
     let rings = |w: usize| ByteCount::f64s(&[w, b, k, c]);
     let t1 = t.saturating_add(1);
-    let fwd = ByteCount::f64s(&[2, b]);
+    // The linear-domain path: prepared parameters, flags and sequence lists (two of each in
+    // a backward), the backward's exponents and Z.
+    let linear = ByteCount::f64s(&[k, c])
+        + ByteCount::f64s(&[2, c, c])
+        + ByteCount::f64s(&[5, c])
+        + ByteCount::bytes(&[16, b])
+        + match what {
+            What::Backward => ByteCount::bytes(&[8, b, t1]) + ByteCount::f64s(&[b]),
+            _ => ByteCount::bytes(&[0]),
+        };
+    let fwd = ByteCount::f64s(&[2, b]) + linear;
     let work = match what {
         What::Forward(Ring::Entropy) => rings(if dd { 4 } else { 2 }),
         What::Forward(_) => rings(if dd { 2 } else { 1 }),
@@ -217,6 +237,68 @@ struct Call<'g> {
     st: CudaSlice<f64>,
     en: CudaSlice<f64>,
     len: CudaSlice<i64>,
+    /// The prepared linear-domain parameters (`Lin` of `kernels/linear.cu`), when the log
+    /// semiring's kernels may run in the linear domain.
+    lin: Option<CudaSlice<f64>>,
+}
+
+/// The largest magnitude of a finite parameter the linear-domain kernels take (nats; the
+/// kernels check scores and boundaries against the same `LIN_RANGE`).
+const LIN_RANGE: f64 = 50.0;
+
+/// The linear-domain parameters of a static transition `tr` (C, C) and durations `dur`
+/// (K, C): `Wl`, `Tl`, `Tr`, `Md`, `Mt`, `Mr` as `kernels/linear.cu` describes them, or
+/// `None` when a finite parameter is beyond [`LIN_RANGE`].
+fn linear_params(
+    tr: &[f64],
+    dur: &[f64],
+    st: &[f64],
+    en: &[f64],
+    k: usize,
+    c: usize,
+) -> Option<Vec<f64>> {
+    let all = tr.iter().chain(dur).chain(st).chain(en);
+    if all
+        .clone()
+        .any(|&x| x != f64::NEG_INFINITY && x.abs() > LIN_RANGE)
+    {
+        return None;
+    }
+    // A maximum over -inf only is taken as 0: every weight is then -inf (-0.0).
+    let max = |it: &mut dyn Iterator<Item = f64>| {
+        let m = it.fold(f64::NEG_INFINITY, f64::max);
+        if m == f64::NEG_INFINITY { 0.0 } else { m }
+    };
+    let rel = |x: f64, m: f64| {
+        if x == f64::NEG_INFINITY {
+            -0.0
+        } else {
+            (x - m).exp()
+        }
+    };
+    let md: Vec<f64> = (0..c)
+        .map(|j| max(&mut (0..k).map(|d| dur[d * c + j])))
+        .collect();
+    let mt: Vec<f64> = (0..c)
+        .map(|j| max(&mut (0..c).map(|i| tr[i * c + j])))
+        .collect();
+    let mr: Vec<f64> = (0..c)
+        .map(|i| max(&mut (0..c).map(|j| tr[i * c + j])))
+        .collect();
+    let mut v = Vec::with_capacity(k * c + 2 * c * c + 5 * c);
+    v.extend((0..k * c).map(|x| rel(dur[x], md[x % c])));
+    v.extend((0..c * c).map(|x| rel(tr[x], mt[x % c])));
+    v.extend((0..c * c).map(|x| rel(tr[x], mr[x / c])));
+    let (emt, emr): (Vec<f64>, Vec<f64>) = (
+        mt.iter().map(|x| x.exp()).collect(),
+        mr.iter().map(|x| x.exp()).collect(),
+    );
+    v.extend(md);
+    v.extend(mt);
+    v.extend(mr);
+    v.extend(emt);
+    v.extend(emr);
+    Some(v)
 }
 
 fn f64s<F: Scalar>(it: impl Iterator<Item = F>) -> Vec<f64> {
@@ -224,7 +306,12 @@ fn f64s<F: Scalar>(it: impl Iterator<Item = F>) -> Vec<f64> {
 }
 
 impl<'g> Call<'g> {
-    fn new<F: Scalar>(gpu: &'g Gpu, backend: &'g str, p: &Potentials<'_, F>) -> Result<Self> {
+    fn new<F: Scalar>(
+        gpu: &'g Gpu,
+        backend: &'g str,
+        p: &Potentials<'_, F>,
+        linear: bool,
+    ) -> Result<Self> {
         let shape = p.shape();
         let (k, c) = (shape.max_duration, shape.labels);
         let dd = p.has_duration_dependent_transition();
@@ -252,7 +339,15 @@ impl<'g> Call<'g> {
         let en: Vec<f64> = (0..c).map(|j| p.end_at(j)).collect();
         let len: Vec<i64> = p.lengths().iter().map(|&l| l as i64).collect();
         let (team, threads) = plan(k, c);
+        let lin = match linear && !dd {
+            true => match linear_params(&tr, &dur, &st, &en, k, c) {
+                Some(v) => Some(up(&v)?),
+                None => None,
+            },
+            false => None,
+        };
         Ok(Call {
+            lin,
             gpu,
             backend,
             shape,
@@ -311,6 +406,7 @@ impl<'g> Call<'g> {
             st: self.ptr(&self.st),
             en: self.ptr(&self.en),
             len: self.ptr(&self.len),
+            lin: self.opt(&self.lin),
             t: sh.len as i64,
             k: sh.max_duration as i64,
             c: sh.labels as i64,
@@ -320,6 +416,11 @@ impl<'g> Call<'g> {
     }
 
     fn launch(&self, kernel: &str, args: &Args) -> Result<()> {
+        self.launch_on(kernel, args, None)
+    }
+
+    /// Launches `kernel` on the sequences of `seq` (one block each), or on all of them.
+    fn launch_on(&self, kernel: &str, args: &Args, seq: Option<&Seq>) -> Result<()> {
         let f = self.gpu.function(kernel);
         let sh = self.shape;
         let m = smem(kernel, sh.max_duration, sh.labels, self.gpu.smem_limit);
@@ -336,8 +437,18 @@ impl<'g> Call<'g> {
         args.ch = m.ch as i32;
         args.smem_ring = m.ring as i32;
         args.smem_acc = m.acc as i32;
+        let blocks = match seq {
+            Some(q) => {
+                args.seq = self.opt(&q.dev);
+                q.host.len()
+            }
+            None => sh.batch,
+        };
+        if blocks == 0 {
+            return Ok(());
+        }
         let cfg = LaunchConfig {
-            grid_dim: (sh.batch as u32, 1, 1),
+            grid_dim: (blocks as u32, 1, 1),
             block_dim: (self.threads as u32, 1, 1),
             shared_mem_bytes: m.bytes as u32,
         };
@@ -345,33 +456,42 @@ impl<'g> Call<'g> {
         b.arg(&args);
         // SAFETY: `args` matches the kernel's `struct Args`, every pointer in it is a live
         // allocation of this call sized for the shape (or null where the kernel checks), and
-        // the grid has one block per sequence.
+        // the grid has one block per sequence (of `seq`, whose entries are below the batch).
         unsafe { b.launch(cfg) }.map_err(|e| self.err(e))?;
         Ok(())
     }
 
-    /// Runs a forward kernel; returns `(x, h)` per sequence. `extra` fills the optional
-    /// outputs (saved tables, backpointers).
-    fn forward(&self, ring: Ring, extra: impl FnOnce(&mut Args)) -> Result<Vec<f64>> {
+    /// A list of sequences, on the host and on the device.
+    fn seq(&self, host: Vec<usize>) -> Result<Seq> {
+        if host.is_empty() {
+            return Ok(Seq { host, dev: None });
+        }
+        let v: Vec<i32> = host.iter().map(|&b| b as i32).collect();
+        let dev = self.gpu.stream.clone_htod(&v).map_err(|e| self.err(e))?;
+        Ok(Seq {
+            host,
+            dev: Some(dev),
+        })
+    }
+
+    /// Runs a forward kernel. `extra` fills the optional outputs (saved tables,
+    /// backpointers). The log semiring's static form runs in the linear domain where it can,
+    /// then in the log domain for the sequences it gave up.
+    fn forward(&self, ring: Ring, extra: impl Fn(&mut Args)) -> Result<Fwd> {
         let sh = self.shape;
         let n = sh.batch * sh.max_duration * sh.labels;
         let ent = ring == Ring::Entropy;
+        let opt = |on: bool| -> Result<Option<CudaSlice<f64>>> {
+            if on {
+                Ok(Some(self.zeros::<f64>(n)?))
+            } else {
+                Ok(None)
+            }
+        };
         let r1 = self.zeros::<f64>(n)?;
-        let r1h = if ent {
-            Some(self.zeros::<f64>(n)?)
-        } else {
-            None
-        };
-        let r2 = if self.dd {
-            Some(self.zeros::<f64>(n)?)
-        } else {
-            None
-        };
-        let r2h = if self.dd && ent {
-            Some(self.zeros::<f64>(n)?)
-        } else {
-            None
-        };
+        let r1h = opt(ent)?;
+        let r2 = opt(self.dd)?;
+        let r2h = opt(self.dd && ent)?;
         let out = self.zeros::<f64>(2 * sh.batch)?;
         let mut a = self.args();
         a.ring = self.ptr(&r1);
@@ -381,9 +501,46 @@ impl<'g> Call<'g> {
         a.out = self.ptr(&out);
         extra(&mut a);
         let form = if self.dd { "dd" } else { "static" };
-        self.launch(&format!("fwd_{form}_{}", ring.suffix()), &a)?;
-        self.back(&out)
+        let kernel = format!("fwd_{form}_{}", ring.suffix());
+        let mut logd: Vec<usize> = (0..sh.batch).collect();
+        if ring == Ring::Log && self.lin.is_some() {
+            let flag = self.zeros::<i32>(sh.batch)?;
+            let mut al = a;
+            al.flag = self.ptr(&flag);
+            self.launch("fwd_lin_log", &al)?;
+            let flags = self.back(&flag)?;
+            logd.retain(|&b| flags[b] != 0);
+            self.launch_on(&kernel, &a, Some(&self.seq(logd.clone())?))?;
+        } else {
+            self.launch(&kernel, &a)?;
+        }
+        Ok(Fwd {
+            out,
+            args: a,
+            kernel,
+            logd,
+            _rings: [Some(r1), r1h, r2, r2h],
+        })
     }
+}
+
+/// Sequences to run a kernel on.
+struct Seq {
+    host: Vec<usize>,
+    /// `None` for an empty list.
+    dev: Option<CudaSlice<i32>>,
+}
+
+/// A forward pass's results and what a rerun needs.
+struct Fwd {
+    /// `(x, h)` per sequence.
+    out: CudaSlice<f64>,
+    args: Args,
+    /// The log-domain kernel.
+    kernel: String,
+    /// The sequences the log-domain kernel ran (every one but those of the linear domain).
+    logd: Vec<usize>,
+    _rings: [Option<CudaSlice<f64>>; 4],
 }
 
 /// A forward pass: `(log-weight, entropy)` per sequence.
@@ -392,10 +549,11 @@ pub(crate) fn forward<F: Scalar>(
     backend: &str,
     p: &Potentials<'_, F>,
     ring: Ring,
+    linear: bool,
 ) -> Result<Vec<[f64; 2]>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, p)?;
-    let out = call.forward(ring, |_| {})?;
+    let call = Call::new(gpu, backend, p, linear)?;
+    let out = call.back(&call.forward(ring, |_| {})?.out)?;
     Ok(out.chunks(2).map(|w| [w[0], w[1]]).collect())
 }
 
@@ -406,7 +564,7 @@ pub(crate) fn viterbi<F: Scalar>(
     p: &Potentials<'_, F>,
 ) -> Result<Vec<Decoded>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, p)?;
+    let call = Call::new(gpu, backend, p, false)?;
     let sh = p.shape();
     let (t, c) = (sh.len, sh.labels);
     let n = sh.batch * (t + 1) * c;
@@ -461,9 +619,10 @@ pub(crate) fn backward<F: Scalar>(
     backend: &str,
     p: &Potentials<'_, F>,
     upstream: &[f64],
+    linear: bool,
 ) -> Result<Backward> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, p)?;
+    let call = Call::new(gpu, backend, p, linear)?;
     let sh = p.shape();
     let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
     let dd = call.dd;
@@ -474,19 +633,19 @@ pub(crate) fn backward<F: Scalar>(
     } else {
         Some(call.zeros::<f64>(saved)?)
     };
-    let out = call.forward(Ring::Log, |a| {
+    let lin = call.lin.is_some();
+    let ex = call.zeros::<i64>(if lin { bn * (t + 1) } else { 1 })?;
+    let zl = call.zeros::<f64>(bn)?;
+    let fwd = call.forward(Ring::Log, |a| {
         a.alpha = call.ptr(&alpha);
         a.u = call.opt(&u);
+        a.ex = call.ptr(&ex);
+        a.zl = call.ptr(&zl);
     })?;
-    let log_z: Vec<f64> = out.chunks(2).map(|w| w[0]).collect();
-    semicrf_core::check_feasible(&log_z)?;
+    let log_z = |out: &[f64]| -> Vec<f64> { out.chunks(2).map(|w| w[0]).collect() };
+    semicrf_core::check_feasible(&log_z(&call.back(&fwd.out)?))?;
     let ring = call.zeros::<f64>(bn * k * c)?;
     let ring2 = call.zeros::<f64>(bn * k * c)?;
-    let lz = call
-        .gpu
-        .stream
-        .clone_htod(&log_z)
-        .map_err(|e| call.err(e))?;
     let upd = call
         .gpu
         .stream
@@ -503,12 +662,13 @@ pub(crate) fn backward<F: Scalar>(
     let pst = call.zeros::<f64>(bn * c)?;
     let pen = call.zeros::<f64>(bn * c)?;
     let mut a = call.args();
-    a.lz = call.ptr(&lz);
     a.up = call.ptr(&upd);
     a.ring = call.ptr(&ring);
     a.ring2 = call.ptr(&ring2);
     a.alpha = call.ptr(&alpha);
     a.u = call.opt(&u);
+    a.ex = call.ptr(&ex);
+    a.zl = call.ptr(&zl);
     a.gsc = call.ptr(&gsc);
     a.gbb = call.ptr(&gbb);
     a.geb = call.ptr(&geb);
@@ -517,7 +677,31 @@ pub(crate) fn backward<F: Scalar>(
     a.ptr = call.ptr(&ptr);
     a.pst = call.ptr(&pst);
     a.pen = call.ptr(&pen);
-    call.launch(if dd { "bwd_dd_log" } else { "bwd_static_log" }, &a)?;
+    // The sequences the log-domain backward runs: those its forward ran, and those the
+    // linear-domain backward gives up (their forward is rerun in the log domain first).
+    let mut logd = fwd.logd.clone();
+    if lin {
+        let mut linear: Vec<usize> = (0..bn).collect();
+        linear.retain(|b| logd.binary_search(b).is_err());
+        let flag = call.zeros::<i32>(bn)?;
+        a.flag = call.ptr(&flag);
+        call.launch_on("bwd_lin_log", &a, Some(&call.seq(linear.clone())?))?;
+        let flags = call.back(&flag)?;
+        linear.retain(|&b| flags[b] != 0);
+        call.launch_on(&fwd.kernel, &fwd.args, Some(&call.seq(linear.clone())?))?;
+        logd.extend(linear);
+        logd.sort_unstable();
+        a.flag = 0;
+    }
+    let log_z = log_z(&call.back(&fwd.out)?);
+    let lz = call
+        .gpu
+        .stream
+        .clone_htod(&log_z)
+        .map_err(|e| call.err(e))?;
+    a.lz = call.ptr(&lz);
+    let kernel = if dd { "bwd_dd_log" } else { "bwd_static_log" };
+    call.launch_on(kernel, &a, Some(&call.seq(logd)?))?;
     let to3 = |v: Vec<f64>| {
         Array3::from_shape_vec((bn, t, c), v).map_err(|e| Error::Device {
             backend: backend.into(),
