@@ -9,7 +9,7 @@
 //     ã_t(j)      = exp(α_t(j)) · 2^-E_t
 //     ũ_t(j)      = exp(u_t(j) - Mt_j) · 2^-E_t
 //
-// The parameters are exponentiated once: Wl[d, j] = exp(duration[d-1, j] - Md_j) (at most 1),
+// The parameters are exponentiated once: Wl[j·K + d-1] = exp(duration[d-1, j] - Md_j) (at most 1),
 // Tl[i, j] = exp(transition[i, j] - Mt_j) and Tr[i, j] = exp(transition[i, j] - Mr_i), with
 // Md, Mt, Mr the per-label maxima (prepared on the host, `lin`). Scores and boundaries are
 // exponentiated as they are staged. Scaling by a power of two is exact.
@@ -112,6 +112,12 @@ __device__ __forceinline__ int slot_fwd32(int x, int y, int K) {
     return r;
 }
 
+// The duration accumulator of (d, j): label-major in shared memory (pdk: no bank conflicts
+// between the lanes of a team), in the output's layout [(d-1)·C + j] in global memory.
+__device__ __forceinline__ int pd_at(int d, int j, int C, int K, bool pdk) {
+    return pdk ? j * K + d - 1 : (d - 1) * C + j;
+}
+
 // What one team's pass over a label's ring window found.
 struct Window {
     double sum;   // Σ max(twin, 0) · Wl
@@ -124,16 +130,18 @@ struct Window {
 // Multiplies the window's twins of label j by f (f = 0: the window ends, every twin is -inf)
 // and sums them against the duration weights. Lane l visits durations l + 1, l + 1 + team,
 // ... <= nd, at slots slot0, slot0 ∓ team, ... (FWD: going back from the newest start;
-// otherwise forward from the nearest end). With `pd`, adds p · twin · Wl to pd[(d-1)C + j].
+// otherwise forward from the nearest end). With `pd`, adds p · twin · Wl to its entry of
+// (d, j) (`pd_at`). The ring and the weights are label-major (rx[j·K + slot], Wl[j·K + d-1]):
+// the lanes of a team read consecutive words.
 template <bool FWD>
 __device__ __forceinline__ Window lin_window(double* rx, const double* __restrict__ wl, int j, int C, int K,
                                              int slot0, int nd, int team, int l, double f,
-                                             double p, double* pd, bool act) {
+                                             double p, double* pd, bool pdk, bool act) {
     Window w = {0.0, false, false, false, false};
     if (act) {
         int slot = slot0;
         for (int d = l + 1; d <= nd; d += team) {
-            const int q = slot * C + j;
+            const int q = j * K + slot;
             double y = rx[q];
             if (f == 0.0) {
                 y = -0.0;
@@ -147,10 +155,10 @@ __device__ __forceinline__ Window lin_window(double* rx, const double* __restric
                 }
             }
             rx[q] = y;
-            const double wd = __ldg(&wl[(d - 1) * C + j]);
+            const double wd = __ldg(&wl[j * K + d - 1]);
             const double term = fmax(y, 0.0) * wd;
             w.sum += term;
-            if (pd) pd[(d - 1) * C + j] += p * term;
+            if (pd) pd[pd_at(d, j, C, K, pdk)] += p * term;
             w.fin |= !is_nz(y) && !is_nz(wd);
             w.lost |= y == LIN_LOST;
             slot = FWD ? slot_back32(slot, team, K) : slot_fwd32(slot, team, K);
@@ -226,7 +234,7 @@ __device__ void fwd_lin(const Args& a) {
     for (int j = threadIdx.x; j < C; j += blockDim.x) {
         const double bb0 = opt_at(a.bb, a, b, 0, j);
         if (bb0 != neg_inf() && fabs(bb0) > LIN_RANGE) atomicOr(flg, 1);
-        rx[j] = lin_exp2(a.st[j], bb0);
+        rx[j * K] = lin_exp2(a.st[j], bb0);
         lam[j] = 0.0;
         if (a.u) SAVED(a.u, b, 0, j) = a.st[j] == neg_inf() ? -0.0 : exp(a.st[j] - p.mt[j]);
     }
@@ -256,7 +264,7 @@ __device__ void fwd_lin(const Args& a) {
             const bool act = j < C;
             const double f = act ? scs[r * C + j] * sc : 0.0;
             const Window w = lin_window<true>(rx, p.wl, j, C, K, slot_back32(tk, l + 1, K), nd,
-                                              team, l, f, 0.0, nullptr, act);
+                                              team, l, f, 0.0, nullptr, false, act);
             if (act && l == 0) {
                 const double lm = lin_lambda(lam[j], f, w);
                 lam[j] = lm;
@@ -291,7 +299,7 @@ __device__ void fwd_lin(const Args& a) {
             fin = team_any(fin, team);
             if (act && l == 0) {
                 const double y = lin_insert(v * bbs[r * C + j], fin, &lam[j], flg);
-                rx[tk * C + j] = y;
+                rx[j * K + tk] = y;
                 if (a.u) SAVED(a.u, b, t, j) = fin ? v : -0.0;
                 if (em > lin_err() * m) atomicOr(flg, 4);
                 if (j == 0) misc[0] = m;
@@ -366,7 +374,7 @@ __device__ void bwd_lin(const Args& a) {
     for (int j = threadIdx.x; j < C; j += blockDim.x) {
         const double ebl = opt_at(a.eb, a, b, L - 1, j);
         if (ebl != neg_inf() && fabs(ebl) > LIN_RANGE) atomicOr(flg, 1);
-        wx[(L % K) * C + j] = lin_exp2(a.en[j], ebl);
+        wx[j * K + L % K] = lin_exp2(a.en[j], ebl);
         lam[j] = 0.0;
         const double w = a.en[j] == neg_inf() ? -0.0 : exp(a.en[j]);
         const double em = fmax(SAVED(a.alpha, b, L, j), 0.0) * w * kz;
@@ -412,7 +420,7 @@ __device__ void bwd_lin(const Args& a) {
                 pj = us[r * C + j] * gb * p.emt[j] * kap;
             }
             const Window w = lin_window<false>(wx, p.wl, j, C, K, slot_fwd32(sk, l + 1, K), nd,
-                                               team, l, f, pj, pd, act);
+                                               team, l, f, pj, pd, a.smem_acc != 0, act);
             if (act && l == 0) {
                 const double lm = lin_lambda(lam[j], f, w);
                 lam[j] = lm;
@@ -452,7 +460,7 @@ __device__ void bwd_lin(const Args& a) {
             fin = team_any(fin, team);
             if (act && l == 0) {
                 AT(a.geb, b, s - 1, i) = fin ? q * v + 0.0 : 0.0;
-                wx[sk * C + i] = lin_insert(v * ebs[r * C + i], fin, &lam[i], flg);
+                wx[i * K + sk] = lin_insert(v * ebs[r * C + i], fin, &lam[i], flg);
                 if (em > lin_err() * m) atomicOr(flg, 4);
                 if (fabs(q) * em * (double)C > lin_err()) atomicOr(flg, 4);
                 if (i == 0) misc[0] = m;
@@ -463,7 +471,14 @@ __device__ void bwd_lin(const Args& a) {
     }
     __syncthreads();
     if (done && *flg == 0) {
-        bwd_flush(a, b, pd, pt, C * C);
+        if (a.smem_acc) {
+            const i64 kc = (i64)K * C;
+            for (int x = threadIdx.x; x < K * C; x += blockDim.x)
+                a.pdur[(i64)b * kc + x] = pd[pd_at(x / C + 1, x % C, C, K, true)];
+            for (int x = threadIdx.x; x < C * C; x += blockDim.x)
+                a.ptr[(i64)b * C * C + x] = pt[x];
+        }
+        __syncthreads();
         bwd_tail(a, b, L);
     }
     if (threadIdx.x == 0) a.flag[b] = *flg;

@@ -286,7 +286,8 @@ fn linear_params(
         .map(|i| max(&mut (0..c).map(|j| tr[i * c + j])))
         .collect();
     let mut v = Vec::with_capacity(k * c + 2 * c * c + 5 * c);
-    v.extend((0..k * c).map(|x| rel(dur[x], md[x % c])));
+    // Label-major: Wl[j·K + d-1].
+    v.extend((0..k * c).map(|x| rel(dur[(x % k) * c + x / k], md[x / k])));
     v.extend((0..c * c).map(|x| rel(tr[x], mt[x % c])));
     v.extend((0..c * c).map(|x| rel(tr[x], mr[x / c])));
     let (emt, emr): (Vec<f64>, Vec<f64>) = (
