@@ -93,25 +93,6 @@ __device__ __forceinline__ bool team_any(bool p, int width) {
     return ((bits >> base) & ((1u << width) - 1)) != 0;
 }
 
-// slot_back and slot_fwd in 32 bits.
-__device__ __forceinline__ int slot_back32(int x, int y, int K) {
-    int r = x - y;
-    if (r < 0) {
-        r += K;
-        if (r < 0) r = ((r % K) + K) % K;
-    }
-    return r;
-}
-
-__device__ __forceinline__ int slot_fwd32(int x, int y, int K) {
-    int r = x + y;
-    if (r >= K) {
-        r -= K;
-        if (r >= K) r %= K;
-    }
-    return r;
-}
-
 // The duration accumulator of (d, j): label-major in shared memory (pdk: no bank conflicts
 // between the lanes of a team), in the output's layout [(d-1)·C + j] in global memory.
 __device__ __forceinline__ int pd_at(int d, int j, int C, int K, bool pdk) {
@@ -161,7 +142,7 @@ __device__ __forceinline__ Window lin_window(double* rx, const double* __restric
             if (pd) pd[pd_at(d, j, C, K, pdk)] += p * term;
             w.fin |= !is_nz(y) && !is_nz(wd);
             w.lost |= y == LIN_LOST;
-            slot = FWD ? slot_back32(slot, team, K) : slot_fwd32(slot, team, K);
+            slot = FWD ? slot_back(slot, team, K) : slot_fwd(slot, team, K);
         }
     }
     w.sum = team_sum(w.sum, team);
@@ -170,6 +151,38 @@ __device__ __forceinline__ Window lin_window(double* rx, const double* __restric
     w.newly = team_any(w.newly, team);
     w.over = team_any(w.over, team);
     return w;
+}
+
+// What a transition step's pass over the C labels of one row or column found.
+struct Mix {
+    double v;   // Σ_k max(x[k], 0) · w[k·ws]
+    double m;   // max_k x[k] (at least 0)
+    double em;  // max_k er[k]
+    bool fin;   // some term is finite in the log domain
+};
+
+// The transition step's sum for one label: lanes l < wb of the team visit k = l, l + wb, ...
+// < C, then the team reduces. With `acc`, adds q · term to acc[k] (each owned by one lane).
+__device__ __forceinline__ Mix lin_mix(const double* x, const double* er, const double* w,
+                                       int ws, int C, int l, int wb, int team, bool act,
+                                       double* acc, double q) {
+    Mix r = {0.0, 0.0, 0.0, false};
+    if (act && l < wb) {
+        for (int k = l; k < C; k += wb) {
+            const double xk = x[k], wk = w[k * ws];
+            const double term = fmax(xk, 0.0) * wk;
+            r.v += term;
+            if (acc) acc[k] += q * term;
+            r.m = fmax(r.m, xk);
+            r.em = fmax(r.em, er[k]);
+            r.fin |= !is_nz(xk) && !is_nz(wk);
+        }
+    }
+    r.v = team_sum(r.v, wb);
+    r.m = team_max(r.m, wb);
+    r.em = team_max(r.em, wb);
+    r.fin = team_any(r.fin, team);
+    return r;
 }
 
 // The bound on label j's lost twins after a pass with factor f.
@@ -263,7 +276,7 @@ __device__ void fwd_lin(const Args& a) {
             const int j = jb + g;
             const bool act = j < C;
             const double f = act ? scs[r * C + j] * sc : 0.0;
-            const Window w = lin_window<true>(rx, p.wl, j, C, K, slot_back32(tk, l + 1, K), nd,
+            const Window w = lin_window<true>(rx, p.wl, j, C, K, slot_back(tk, l + 1, K), nd,
                                               team, l, f, 0.0, nullptr, false, act);
             if (act && l == 0) {
                 const double lm = lin_lambda(lam[j], f, w);
@@ -282,27 +295,13 @@ __device__ void fwd_lin(const Args& a) {
         for (int jb = 0; jb < C; jb += nteams) {
             const int j = jb + g;
             const bool act = j < C;
-            double v = 0.0, m = 0.0, em = 0.0;
-            bool fin = false;
-            if (act && l < wb) {
-                for (int i = l; i < C; i += wb) {
-                    const double x = ax[i], w = p.tl[i * C + j];
-                    v += fmax(x, 0.0) * w;
-                    m = fmax(m, x);
-                    em = fmax(em, er[i]);
-                    fin |= !is_nz(x) && !is_nz(w);
-                }
-            }
-            v = team_sum(v, wb);
-            m = team_max(m, wb);
-            em = team_max(em, wb);
-            fin = team_any(fin, team);
+            const Mix x = lin_mix(ax, er, act ? p.tl + j : p.tl, C, C, l, wb, team, act,
+                                  nullptr, 0.0);
             if (act && l == 0) {
-                const double y = lin_insert(v * bbs[r * C + j], fin, &lam[j], flg);
-                rx[j * K + tk] = y;
-                if (a.u) SAVED(a.u, b, t, j) = fin ? v : -0.0;
-                if (em > lin_err() * m) atomicOr(flg, 4);
-                if (j == 0) misc[0] = m;
+                rx[j * K + tk] = lin_insert(x.v * bbs[r * C + j], x.fin, &lam[j], flg);
+                if (a.u) SAVED(a.u, b, t, j) = x.fin ? x.v : -0.0;
+                if (x.em > lin_err() * x.m) atomicOr(flg, 4);
+                if (j == 0) misc[0] = x.m;
             }
         }
         __syncthreads();
@@ -419,7 +418,7 @@ __device__ void bwd_lin(const Args& a) {
                 gb = gbs[r * C + j];
                 pj = us[r * C + j] * gb * p.emt[j] * kap;
             }
-            const Window w = lin_window<false>(wx, p.wl, j, C, K, slot_fwd32(sk, l + 1, K), nd,
+            const Window w = lin_window<false>(wx, p.wl, j, C, K, slot_fwd(sk, l + 1, K), nd,
                                                team, l, f, pj, pd, a.smem_acc != 0, act);
             if (act && l == 0) {
                 const double lm = lin_lambda(lam[j], f, w);
@@ -440,30 +439,15 @@ __device__ void bwd_lin(const Args& a) {
         for (int ib = 0; ib < C; ib += nteams) {
             const int i = ib + g;
             const bool act = i < C;
-            double v = 0.0, m = 0.0, em = 0.0, q = 0.0;
-            bool fin = false;
-            if (act && l < wb) {
-                q = als[r * C + i] * p.emr[i] * kap;
-                for (int j = l; j < C; j += wb) {
-                    const double x = gam[j], w = p.tr[i * C + j];
-                    const double term = w * fmax(x, 0.0);
-                    v += term;
-                    pt[i * C + j] += q * term;
-                    m = fmax(m, x);
-                    em = fmax(em, er[j]);
-                    fin |= !is_nz(x) && !is_nz(w);
-                }
-            }
-            v = team_sum(v, wb);
-            m = team_max(m, wb);
-            em = team_max(em, wb);
-            fin = team_any(fin, team);
+            const double q = act ? als[r * C + i] * p.emr[i] * kap : 0.0;
+            const int row = act ? i * C : 0;
+            const Mix x = lin_mix(gam, er, p.tr + row, 1, C, l, wb, team, act, pt + row, q);
             if (act && l == 0) {
-                AT(a.geb, b, s - 1, i) = fin ? q * v + 0.0 : 0.0;
-                wx[i * K + sk] = lin_insert(v * ebs[r * C + i], fin, &lam[i], flg);
-                if (em > lin_err() * m) atomicOr(flg, 4);
-                if (fabs(q) * em * (double)C > lin_err()) atomicOr(flg, 4);
-                if (i == 0) misc[0] = m;
+                AT(a.geb, b, s - 1, i) = x.fin ? q * x.v + 0.0 : 0.0;
+                wx[i * K + sk] = lin_insert(x.v * ebs[r * C + i], x.fin, &lam[i], flg);
+                if (x.em > lin_err() * x.m) atomicOr(flg, 4);
+                if (fabs(q) * x.em * (double)C > lin_err()) atomicOr(flg, 4);
+                if (i == 0) misc[0] = x.m;
             }
         }
         __syncthreads();

@@ -74,9 +74,11 @@ __device__ void stage(double* dst, const double* src, const Args& a, int b, i64 
     }
 }
 
-// (x - y) mod K for 0 <= x < K and y >= 0, without a division in the common case.
-__device__ __forceinline__ i64 slot_back(i64 x, i64 y, i64 K) {
-    i64 r = x - y;
+// (x - y) mod K for 0 <= x < K and y >= 0, without a division in the common case (I: the
+// index type, 32 or 64 bits).
+template <typename I>
+__device__ __forceinline__ I slot_back(I x, int y, I K) {
+    I r = x - y;
     if (r < 0) {
         r += K;
         if (r < 0) r = ((r % K) + K) % K;
@@ -85,8 +87,9 @@ __device__ __forceinline__ i64 slot_back(i64 x, i64 y, i64 K) {
 }
 
 // (x + y) mod K for 0 <= x < K and y >= 0.
-__device__ __forceinline__ i64 slot_fwd(i64 x, i64 y, i64 K) {
-    i64 r = x + y;
+template <typename I>
+__device__ __forceinline__ I slot_fwd(I x, int y, I K) {
+    I r = x + y;
     if (r >= K) {
         r -= K;
         if (r >= K) r %= K;
