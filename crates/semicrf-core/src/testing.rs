@@ -63,6 +63,10 @@ pub struct GenSpec {
     pub forbid_scores: f64,
     /// Make the last label unreachable (`-inf` transitions into it and `-inf` start).
     pub unreachable_label: bool,
+    /// Cut every label's duration table at its own drawn maximum (`-inf` beyond it; a
+    /// label may get no finite duration at all), as tables of labels with their own
+    /// maximum durations are.
+    pub capped_durations: bool,
 }
 
 impl GenSpec {
@@ -83,6 +87,7 @@ impl GenSpec {
             forbid_transitions: 0.0,
             forbid_scores: 0.0,
             unreachable_label: false,
+            capped_durations: false,
         }
     }
 }
@@ -142,6 +147,7 @@ pub fn random_spec(seed: u64) -> GenSpec {
         forbid_transitions: *pick(&mut r, &[0.0, 0.0, 0.3, 0.8]),
         forbid_scores: *pick(&mut r, &[0.0, 0.0, 0.0, 0.2]),
         unreachable_label: labels > 1 && r.random_bool(0.15),
+        capped_durations: r.random_bool(0.2),
     }
 }
 
@@ -185,7 +191,7 @@ pub fn random_problem(seed: u64, spec: &GenSpec) -> OwnedPotentials<f64> {
             Some(uniform(&mut r, &[k, c, c], spec.forbid_transitions))
         }
     };
-    let duration = spec.duration.then(|| uniform(&mut r, &[k, c], 0.0));
+    let mut duration = spec.duration.then(|| uniform(&mut r, &[k, c], 0.0));
     let mut start = spec.start.then(|| uniform(&mut r, &[c], 0.0));
     let end = spec.end.then(|| uniform(&mut r, &[c], 0.0));
     let (begin_boundary, end_boundary) = if spec.boundaries {
@@ -218,6 +224,16 @@ pub fn random_problem(seed: u64, spec: &GenSpec) -> OwnedPotentials<f64> {
             }
         })
         .collect();
+    if spec.capped_durations {
+        let dur = duration.get_or_insert_with(|| ArrayD::zeros(IxDyn(&[k, c])));
+        for j in 0..c {
+            // Label 0 keeps at least one duration so that most problems stay feasible.
+            let cap = r.random_range(usize::from(j == 0)..=k);
+            for d in cap..k {
+                dur[[d, j]] = f64::NEG_INFINITY;
+            }
+        }
+    }
     OwnedPotentials {
         scores,
         transition,
@@ -291,6 +307,14 @@ pub fn named_cases() -> Vec<(&'static str, GenSpec)> {
         (
             "neg_inf_scores",
             with(base(2, 6, 3, 3), &|g| g.forbid_scores = 0.3),
+        ),
+        (
+            "labels_with_their_own_maximum_durations",
+            with(base(2, 7, 5, 4), &|g| {
+                g.capped_durations = true;
+                g.forbid_scores = 0.1;
+                g.boundaries = true;
+            }),
         ),
     ]
 }

@@ -54,17 +54,19 @@ pub(crate) struct StaticFwd<S: Semiring> {
     v: Vec<S::Value>,
     pub(super) first: Vec<usize>,
     pub(super) len: Vec<usize>,
+    kmax: Vec<usize>,
     scratch: <S::Matrix as Matrix<S>>::Scratch,
     pub(super) row: Vec<f64>,
     buf: Vec<S::Value>,
 }
 
 impl<S: Semiring> StaticFwd<S> {
-    /// The windows of `α_p`: for every label the last `min(K, p - z_j)` starts.
+    /// The windows of `α_p`: for every label the last `min(K_j, p - z_j)` starts (`K_j` the
+    /// label's longest finite duration).
     #[inline]
     pub(super) fn windows(&mut self, p: usize) {
-        let k = self.k;
-        for ((z, n), f) in self.prefix.z.iter().zip(&mut self.len).zip(&mut self.first) {
+        let lens = self.len.iter_mut().zip(&mut self.first).zip(&self.kmax);
+        for (((n, f), &k), z) in lens.zip(&self.prefix.z) {
             *n = k.min(p - z);
             *f = p - *n;
         }
@@ -98,6 +100,7 @@ impl<S: Semiring> Forward<S> for StaticFwd<S> {
             v: vec![S::zero(); c],
             first: vec![0; c],
             len: vec![0; c],
+            kmax: par.kmax.clone(),
             scratch: S::Matrix::scratch(c),
             row: vec![0.0; c],
             buf: vec![S::zero(); c],
@@ -111,7 +114,7 @@ impl<S: Semiring> Forward<S> for StaticFwd<S> {
             + (k + 6 * c) * s.width.max(1)
             + 4 * c * s.width
             + 4 * c * s.width.max(1)
-            + 3 * c
+            + 4 * c
             + Prefix::words(c)
     }
 
@@ -220,7 +223,7 @@ impl<S: Semiring> Forward<S> for DdFwd<S> {
         if p >= 1 {
             seq.eb_row(p - 1, &mut self.row);
             for j in 0..c {
-                let n = k.min(p - self.prefix.z[j]);
+                let n = par.kmax[j].min(p - self.prefix.z[j]);
                 for d in 1..=n {
                     let s = p - d;
                     let slot = s % k;

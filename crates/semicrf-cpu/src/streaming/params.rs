@@ -18,6 +18,9 @@ pub(crate) struct Params<S: Semiring> {
     pub tr_t: Vec<f64>,
     /// `dur[j*K + d-1]`.
     pub dur: Vec<f64>,
+    /// The longest duration of label `j` whose weight is finite (0 when none is): windows
+    /// stop there, so a label whose duration table ends in `-inf` costs only its own span.
+    pub kmax: Vec<usize>,
     /// `start[j]`.
     pub start: Vec<f64>,
     /// `end[j]`.
@@ -40,7 +43,7 @@ impl<S: Semiring> Params<S> {
     ) -> usize {
         let r = if dd { k * c * c } else { c * c };
         let tr_t = if dd { k * c * c } else { 0 };
-        r + tr_t + k * c + 2 * c + (k * c + c) * ring_words + (c * c + c) * matrix_words
+        r + tr_t + k * c + 3 * c + (k * c + c) * ring_words + (c * c + c) * matrix_words
     }
 
     pub(crate) fn new<F: Scalar>(p: &Potentials<'_, F>) -> Self {
@@ -73,6 +76,14 @@ impl<S: Semiring> Params<S> {
                 dur[j * k + d - 1] = p.duration_at(d, j);
             }
         }
+        let kmax = (0..c)
+            .map(|j| {
+                (1..=k)
+                    .rev()
+                    .find(|&d| dur[j * k + d - 1] > f64::NEG_INFINITY)
+                    .unwrap_or(0)
+            })
+            .collect();
         let dd = p.has_duration_dependent_transition();
         let static_tr = if dd { vec![0.0; c * c] } else { tr.clone() };
         Params {
@@ -83,6 +94,7 @@ impl<S: Semiring> Params<S> {
             tr,
             tr_t,
             dur,
+            kmax,
             start: (0..c).map(|j| p.start_at(j)).collect(),
             end: (0..c).map(|j| p.end_at(j)).collect(),
         }

@@ -96,7 +96,7 @@ pub(crate) fn viterbi_dd<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params<MaxSemiring
     for p in 0..=len {
         if p >= 1 {
             for j in 0..c {
-                let n = k.min(p - f.prefix.z[j]);
+                let n = par.kmax[j].min(p - f.prefix.z[j]);
                 let mut best = NEG;
                 let (mut bd, mut bi) = (1usize, 0usize);
                 for d in 1..=n {

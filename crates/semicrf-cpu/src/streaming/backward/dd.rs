@@ -98,7 +98,7 @@ impl Outside for DdBwd {
         });
         seq.bb_row(s, &mut self.cm.row);
         for j in 0..c {
-            let n = k.min(len - s).min(self.cm.next_neg[j] - s);
+            let n = par.kmax[j].min(len - s).min(self.cm.next_neg[j] - s);
             let q = self.cm.row[j] - at.pref[j];
             for d in 1..=k {
                 self.y[(d - 1) * c + j] = if d <= n {

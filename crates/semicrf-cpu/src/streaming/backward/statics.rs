@@ -170,7 +170,7 @@ impl Outside for StaticBwd {
         &mut self,
         at: &Here<'_>,
         seq: &SeqIn<'_, F>,
-        _par: &Params<LogSemiring>,
+        par: &Params<LogSemiring>,
         shared: &Self::Shared,
         log_z: f64,
         parts: &mut Partials,
@@ -188,7 +188,7 @@ impl Outside for StaticBwd {
         // Phase 1: linear window sums of every label (rebuilding a label's twins where
         // needed) and the arguments of the marginal scale factors.
         for j in 0..c {
-            let n = k.min(len - s).min(self.cm.next_neg[j] - s);
+            let n = par.kmax[j].min(len - s).min(self.cm.next_neg[j] - s);
             self.n[j] = if w.max(j) == NEG { 0 } else { n };
             self.first[j] = s + 1;
         }
