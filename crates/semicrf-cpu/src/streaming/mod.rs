@@ -36,7 +36,7 @@
 //! | forward, static transition | `O(T·C·(C+K))` | `O(K·C)` |
 //! | forward, `(K, C, C)` transition | `O(T·K·C²)` | `O(K·C)` |
 //! | forward + backward | about 3× the forward | `O(K·C + (T/Δ)·K·C + Δ·C)`, `O(sqrt(T·K)·C)` at the default `Δ` |
-//! | Viterbi | the forward | `O(K·C)` + `8·T·C` bytes of backpointers |
+//! | Viterbi | the forward | `O(K·C)` + `3·T·C` bytes of backpointers (`K < 2¹⁶`, `C <= 256`; at most `8·T·C`) |
 //!
 //! [`StreamingEngine`]'s [`EngineInfo::memory_required`] gives the exact formula.
 //!
@@ -164,7 +164,8 @@ impl StreamingEngine {
     /// - forward state per sequence (static): `f·(2K·C·r + (K + 6C)·w + 8C·w + 6C)`, `w` the
     ///   semiring's width; duration-dependent: `f·(K·C·w + K·C + (2C + K)·w + 4C)`;
     /// - forward: parameters + `P ×` forward state;
-    /// - Viterbi: forward (max) + `P × (8(T+1)·C` bytes of backpointers `+ f·max(K, C))`;
+    /// - Viterbi: forward (max) + `P × (w(T+1)·C` bytes of backpointers `+ f·max(K, C))`,
+    ///   `w` = 3 bytes while `K < 2¹⁶` and `C <= 256`, up to 8;
     /// - backward: parameters (log) + the outside pass's shared operators + `P ×` (forward
     ///   state + `n` checkpoints + interval buffers `f·3Δ'·C` (twice when
     ///   [`StreamingEngine::pipelines`]) + outside state + partials `f·(R + K·C + 2C)`), plus
@@ -203,7 +204,12 @@ impl StreamingEngine {
         let per_seq = match op {
             Op::Forward(_) => ByteCount::f64s(&[fwd]),
             Op::Viterbi => {
-                ByteCount::f64s(&[fwd + k.max(c)]) + ByteCount::bytes(&[8, t.saturating_add(1), c])
+                // Backpointers: a duration (16 bits while K < 2^16) and a label (8 bits
+                // while C <= 256) per position and label.
+                let width =
+                    if k <= u16::MAX as usize { 2 } else { 4 } + if c <= 256 { 1 } else { 4 };
+                ByteCount::f64s(&[fwd + k.max(c)])
+                    + ByteCount::bytes(&[width, t.saturating_add(1), c])
             }
             Op::Backward => {
                 let pipeline = self.pipelines(b, threads);

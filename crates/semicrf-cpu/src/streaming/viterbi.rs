@@ -1,4 +1,7 @@
-//! Viterbi decoding: the max-semiring forward with backpointers, `O(L·C)` 32-bit integers.
+//! Viterbi decoding: the max-semiring forward with backpointers, `O(L·C)` integers of the
+//! narrowest width that holds them (a duration: 16 bits while `K < 2¹⁶`; a label: 8 bits
+//! while `C <= 256`), so that a sequence of `2·10⁷` positions and 50 labels keeps 3 GB of
+//! backpointers, not 8.
 
 use semicrf_core::{Decoded, MaxSemiring, Scalar, trace_back};
 use semicrf_semiring::kernels::argmax_add;
@@ -31,14 +34,62 @@ fn decode(
     }
 }
 
+/// A backpointer: a duration or a label, stored in `Self`.
+trait Pointer: Copy + Default + Send {
+    fn put(x: usize) -> Self;
+    fn get(self) -> usize;
+}
+
+macro_rules! pointer {
+    ($($t:ty),*) => {$(
+        impl Pointer for $t {
+            #[inline]
+            fn put(x: usize) -> Self {
+                debug_assert!(x <= <$t>::MAX as usize);
+                x as $t
+            }
+            #[inline]
+            fn get(self) -> usize {
+                self as usize
+            }
+        }
+    )*};
+}
+pointer!(u8, u16, u32);
+
+/// Runs `$f::<D, P>` with the narrowest duration type `D` for `K` and label type `P` for `C`.
+macro_rules! narrowest {
+    ($f:ident, $k:expr, $c:expr, $($arg:expr),*) => {
+        match ($k <= u16::MAX as usize, $c <= 256) {
+            (true, true) => $f::<u16, u8, F>($($arg),*),
+            (true, false) => $f::<u16, u32, F>($($arg),*),
+            (false, true) => $f::<u32, u8, F>($($arg),*),
+            (false, false) => $f::<u32, u32, F>($($arg),*),
+        }
+    };
+}
+
+/// Static transition (see [`static_with`]).
+pub(crate) fn viterbi_static<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params<MaxSemiring>) -> Decoded {
+    narrowest!(static_with, par.k, par.c, seq, par)
+}
+
+/// Duration-dependent transition (see [`dd_with`]).
+pub(crate) fn viterbi_dd<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params<MaxSemiring>) -> Decoded {
+    narrowest!(dd_with, par.k, par.c, seq, par)
+}
+
 /// Static transition: `bp_dur[t*C + j]` is the best duration of a segment of label `j` ending
 /// at `t`, `bp_prev[s*C + j]` the best previous label of a segment of label `j` starting at
 /// `s`. Ties: the smaller duration (windows run from the longest duration down, so the last
 /// maximum wins), then the smaller previous label (the first maximum).
-pub(crate) fn viterbi_static<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params<MaxSemiring>) -> Decoded {
+fn static_with<D: Pointer, P: Pointer, F: Scalar>(
+    seq: &SeqIn<'_, F>,
+    par: &Params<MaxSemiring>,
+) -> Decoded {
     let (k, c, len) = (par.k, par.c, seq.len);
-    let mut bp_dur = vec![0u32; (len + 1) * c];
-    let mut bp_prev = vec![0u32; (len + 1) * c];
+    let mut bp_dur = vec![D::default(); (len + 1) * c];
+    let mut bp_prev = vec![P::default(); (len + 1) * c];
     let mut buf = vec![0.0; k.max(c)];
     let mut f = StaticFwd::<MaxSemiring>::new(par);
     for p in 0..=len {
@@ -57,7 +108,7 @@ pub(crate) fn viterbi_static<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params<MaxSemi
                 let (best, e) = argmax_add(w, par.weights.window(j, n), true, &mut buf);
                 // As the forward's `α ⊗ lift(P + eb)`, so the score is the max forward's.
                 f.alpha[j] = best + (f.prefix.pref[j] + f.row[j]);
-                bp_dur[p * c + j] = (n - e) as u32;
+                bp_dur[p * c + j] = D::put(n - e);
             }
             if p == len {
                 break;
@@ -65,32 +116,28 @@ pub(crate) fn viterbi_static<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params<MaxSemi
             for j in 0..c {
                 let (best, i) = argmax_add(&f.alpha, par.matrix.column(j), false, &mut buf);
                 f.u[j] = best;
-                bp_prev[p * c + j] = i as u32;
+                bp_prev[p * c + j] = P::put(i);
             }
         }
         f.push(p, seq);
     }
     decode(&f.alpha, par, len, |t, j| {
-        let d = bp_dur[t * c + j] as usize;
+        let d = bp_dur[t * c + j].get();
         let s = t - d;
-        (
-            d,
-            if s == 0 {
-                0
-            } else {
-                bp_prev[s * c + j] as usize
-            },
-        )
+        (d, if s == 0 { 0 } else { bp_prev[s * c + j].get() })
     })
 }
 
 /// Duration-dependent transition: `bp_dur[t*C + j]` and `bp_prev[t*C + j]` are the best
 /// duration and previous label of a segment of label `j` ending at `t`, read off the ring
 /// before each step.
-pub(crate) fn viterbi_dd<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params<MaxSemiring>) -> Decoded {
+fn dd_with<D: Pointer, P: Pointer, F: Scalar>(
+    seq: &SeqIn<'_, F>,
+    par: &Params<MaxSemiring>,
+) -> Decoded {
     let (k, c, len) = (par.k, par.c, seq.len);
-    let mut bp_dur = vec![0u32; (len + 1) * c];
-    let mut bp_prev = vec![0u32; (len + 1) * c];
+    let mut bp_dur = vec![D::default(); (len + 1) * c];
+    let mut bp_prev = vec![P::default(); (len + 1) * c];
     let mut buf = vec![0.0; c];
     let mut f = DdFwd::<MaxSemiring>::new(par);
     for p in 0..=len {
@@ -120,13 +167,13 @@ pub(crate) fn viterbi_dd<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params<MaxSemiring
                         bi = i;
                     }
                 }
-                bp_dur[p * c + j] = bd as u32;
-                bp_prev[p * c + j] = bi as u32;
+                bp_dur[p * c + j] = D::put(bd);
+                bp_prev[p * c + j] = P::put(bi);
             }
         }
         f.step(p, seq, par);
     }
     decode(&f.alpha, par, len, |t, j| {
-        (bp_dur[t * c + j] as usize, bp_prev[t * c + j] as usize)
+        (bp_dur[t * c + j].get(), bp_prev[t * c + j].get())
     })
 }

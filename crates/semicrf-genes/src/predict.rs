@@ -1,0 +1,97 @@
+//! Decoding: the Viterbi segmentation of every sequence, read back as genes.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
+use semicrf::{Backend, Config, Parallelism, Problem, SemiCrf};
+
+use crate::Error;
+use crate::data::{Gene, Record};
+use crate::model::{Model, Prepared, genes_of};
+
+/// Decoding settings.
+#[derive(Clone, Debug)]
+pub struct PredictConfig {
+    /// Draw a progress bar.
+    pub progress: bool,
+    /// Memory the engine may use per sequence, bytes.
+    pub memory_budget: u64,
+}
+
+impl Default for PredictConfig {
+    fn default() -> Self {
+        PredictConfig {
+            progress: true,
+            memory_budget: 64 << 30,
+        }
+    }
+}
+
+/// The genes of one sequence: the model's Viterbi segmentation.
+pub fn predict_one(model: &Model, seq: &[u8], cfg: &PredictConfig) -> Result<Vec<Gene>, Error> {
+    if seq.is_empty() {
+        return Ok(Vec::new());
+    }
+    let prepared = Prepared::new(seq);
+    let p = model.potentials::<f32>(&prepared);
+    drop(prepared);
+    let lengths = [seq.len()];
+    let pot = semicrf::Potentials::builder(p.scores.view(), &lengths, model.layout.k)
+        .transition(p.transition.view())
+        .duration(p.duration.view())
+        .start(p.start.view())
+        .end(p.end.view())
+        .begin_boundary(p.begin_boundary.view())
+        .end_boundary(p.end_boundary.view())
+        .build()?;
+    let problem: Problem<f32> = pot.into();
+    let crf = SemiCrf::with_config(
+        Config::new()
+            .backend(Backend::Streaming)
+            .parallelism(Parallelism::Sequential)
+            .memory_budget(cfg.memory_budget),
+    );
+    let best = crf.viterbi(&problem)?;
+    if best[0].score == f64::NEG_INFINITY {
+        // Only an all-intergenic sequence shorter than one base could be infeasible.
+        return Err(Error::Model(
+            "no gene structure fits this sequence (Viterbi score -inf)".into(),
+        ));
+    }
+    Ok(genes_of(&best[0].segments))
+}
+
+/// The predicted genes of every record, in order, decoded in parallel.
+pub fn predict(
+    model: &Model,
+    records: &[Record],
+    cfg: &PredictConfig,
+) -> Result<Vec<(String, Vec<Gene>)>, Error> {
+    let total: u64 = records.iter().map(|r| r.seq.len() as u64).sum();
+    let bar = if cfg.progress {
+        let b = ProgressBar::new(total);
+        b.set_style(
+            ProgressStyle::with_template(
+                "decoding [{bar:30}] {decimal_bytes}/{decimal_total_bytes} bases, {elapsed}, ETA {eta}",
+            )
+            .expect("a valid template")
+            .progress_chars("=> "),
+        );
+        b.enable_steady_tick(std::time::Duration::from_millis(250));
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let out = records
+        .par_iter()
+        .map(|r| {
+            let genes = predict_one(model, &r.seq, cfg).map_err(|e| match e {
+                Error::Model(m) => Error::Model(format!("{}: {m}", r.name)),
+                other => other,
+            })?;
+            bar.inc(r.seq.len() as u64);
+            Ok((r.name.clone(), genes))
+        })
+        .collect::<Result<Vec<_>, Error>>();
+    bar.finish_and_clear();
+    out
+}

@@ -1,0 +1,260 @@
+//! Training: regularised negative log-likelihood, minimised with Adam over minibatches of
+//! genes, the gradients of every gene computed in parallel by semicrf's streaming engine.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use ndarray::{Array2, s};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rayon::prelude::*;
+use semicrf::{Backend, Config, Parallelism, Problem, Segment, SemiCrf};
+
+use crate::Error;
+use crate::data::Record;
+use crate::model::{Model, Prepared, gold_segments, why_impossible};
+
+/// Training settings.
+#[derive(Clone, Debug)]
+pub struct TrainConfig {
+    /// Passes over the training genes.
+    pub epochs: usize,
+    /// Genes per Adam step.
+    pub batch: usize,
+    /// Adam's step size at the start (it decays linearly to a tenth).
+    pub learning_rate: f64,
+    /// L2 penalty per weight, per thousand bases of a minibatch.
+    pub l2: f64,
+    /// Longest exon modelled (`K`).
+    pub max_exon: usize,
+    /// Seed of the minibatch order.
+    pub seed: u64,
+    /// Draw progress bars.
+    pub progress: bool,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            epochs: 12,
+            batch: 8,
+            learning_rate: 0.05,
+            l2: 1e-3,
+            max_exon: 2048,
+            seed: 7,
+            progress: true,
+        }
+    }
+}
+
+/// What training did, epoch by epoch.
+#[derive(Clone, Debug, Default)]
+pub struct TrainReport {
+    /// Mean negative log-likelihood per thousand bases over each epoch.
+    pub nll_per_kb: Vec<f64>,
+    /// Genes trained on.
+    pub genes: usize,
+    /// Bases trained on.
+    pub bases: usize,
+    /// Records left out, with the reason.
+    pub skipped: Vec<(String, String)>,
+    /// Wall time, seconds.
+    pub seconds: f64,
+}
+
+struct Example {
+    prepared: Prepared,
+    gold: Vec<Segment>,
+}
+
+/// The NLL of one example and its gradient added to `grad`.
+fn nll_and_gradient(model: &Model, ex: &Example, grad: &mut [f64]) -> Result<f64, Error> {
+    let p = model.potentials::<f64>(&ex.prepared);
+    let t = ex.prepared.len();
+    let lengths = [t];
+    let pot = semicrf::Potentials::builder(p.scores.view(), &lengths, model.layout.k)
+        .transition(p.transition.view())
+        .duration(p.duration.view())
+        .start(p.start.view())
+        .end(p.end.view())
+        .begin_boundary(p.begin_boundary.view())
+        .end_boundary(p.end_boundary.view())
+        .build()?;
+    let gold_score = semicrf::gold_score(&pot, 0, &ex.gold)?;
+    let problem: Problem<f64> = pot.into();
+    let crf = SemiCrf::with_config(
+        Config::new()
+            .backend(Backend::Streaming)
+            .parallelism(Parallelism::Sequential)
+            .memory_budget(8 << 30),
+    );
+    let out = crf.backward(&problem, None)?;
+    let nll = out.log_z[0] - gold_score;
+    let g = out.grad;
+    let missing = || Error::Model("the streaming engine returned no gradient".into());
+    let mut ds = g.scores.ok_or_else(missing)?.slice_move(s![0, .., ..]);
+    let mut db = g
+        .begin_boundary
+        .ok_or_else(missing)?
+        .slice_move(s![0, .., ..]);
+    let mut de = g
+        .end_boundary
+        .ok_or_else(missing)?
+        .slice_move(s![0, .., ..]);
+    let mut dtr: Array2<f64> = g
+        .transition
+        .ok_or_else(missing)?
+        .into_dimensionality()
+        .map_err(|e| Error::Model(e.to_string()))?;
+    let mut ddur = g.duration.ok_or_else(missing)?;
+    // Gradient of the NLL: expected counts minus the gold segmentation's counts.
+    let mut prev = None;
+    for sg in &ex.gold {
+        let c = sg.label;
+        for u in sg.start..sg.start + sg.duration {
+            ds[[u, c]] -= 1.0;
+        }
+        db[[sg.start, c]] -= 1.0;
+        de[[sg.start + sg.duration - 1, c]] -= 1.0;
+        ddur[[sg.duration - 1, c]] -= 1.0;
+        if let Some(i) = prev {
+            dtr[[i, c]] -= 1.0;
+        }
+        prev = Some(c);
+    }
+    model.pull_back(
+        &ex.prepared,
+        ds.view(),
+        db.view(),
+        de.view(),
+        dtr.view(),
+        ddur.view(),
+        grad,
+    );
+    Ok(nll)
+}
+
+/// Trains a model from zero weights on the genes of `records`.
+///
+/// Records whose annotation the model cannot represent (an exon longer than
+/// `max_exon`, a gene touching the sequence's edge) are left out and listed in the report.
+pub fn train(records: &[Record], cfg: &TrainConfig) -> Result<(Model, TrainReport), Error> {
+    let clock = std::time::Instant::now();
+    let mut model = Model::new(cfg.max_exon);
+    let mut report = TrainReport::default();
+    let mut examples = Vec::new();
+    for r in records {
+        let gold = gold_segments(&r.genes, r.seq.len(), cfg.max_exon).and_then(|gold| {
+            let prepared = Prepared::new(&r.seq);
+            match why_impossible(&model, &prepared, &gold) {
+                Some(why) => Err(why),
+                None => Ok(Example { prepared, gold }),
+            }
+        });
+        match gold {
+            Ok(ex) => examples.push(ex),
+            Err(why) => report.skipped.push((r.name.clone(), why)),
+        }
+    }
+    if examples.is_empty() {
+        return Err(Error::Model("no trainable gene in the training set".into()));
+    }
+    report.genes = examples.iter().map(|e| gene_count(&e.gold)).sum();
+    report.bases = examples.iter().map(|e| e.prepared.len()).sum();
+    let n = model.layout.total;
+    let (mut m1, mut m2) = (vec![0.0; n], vec![0.0; n]);
+    let (b1, b2, eps) = (0.9f64, 0.999f64, 1e-8);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed);
+    let mut order: Vec<usize> = (0..examples.len()).collect();
+    let steps_per_epoch = examples.len().div_ceil(cfg.batch.max(1));
+    let total_steps = (steps_per_epoch * cfg.epochs).max(1);
+    let mut step = 0usize;
+    for epoch in 0..cfg.epochs {
+        order.shuffle(&mut rng);
+        let bar = progress_bar(cfg.progress, examples.len() as u64, epoch, cfg.epochs);
+        let (mut nll_sum, mut bases_sum) = (0.0, 0usize);
+        for chunk in order.chunks(cfg.batch.max(1)) {
+            let results: Vec<Result<(f64, Vec<f64>), Error>> = chunk
+                .par_iter()
+                .map(|&e| {
+                    let mut g = vec![0.0; n];
+                    let nll = nll_and_gradient(&model, &examples[e], &mut g)?;
+                    Ok((nll, g))
+                })
+                .collect();
+            let mut grad = vec![0.0; n];
+            let bases: usize = chunk.iter().map(|&e| examples[e].prepared.len()).sum();
+            for r in results {
+                let (nll, g) = r?;
+                if !nll.is_finite() {
+                    return Err(Error::Model(format!(
+                        "the negative log-likelihood became {nll} at epoch {}",
+                        epoch + 1
+                    )));
+                }
+                nll_sum += nll;
+                for (a, b) in grad.iter_mut().zip(&g) {
+                    *a += b;
+                }
+            }
+            bases_sum += bases;
+            // Adam on the NLL per thousand bases plus the L2 penalty.
+            let scale = 1000.0 / bases as f64;
+            step += 1;
+            let lr = cfg.learning_rate * (1.0 - 0.9 * (step - 1) as f64 / total_steps as f64);
+            let (c1, c2) = (1.0 - b1.powi(step as i32), 1.0 - b2.powi(step as i32));
+            for q in 0..n {
+                let g = grad[q] * scale + cfg.l2 * model.w[q];
+                m1[q] = b1 * m1[q] + (1.0 - b1) * g;
+                m2[q] = b2 * m2[q] + (1.0 - b2) * g * g;
+                model.w[q] -= lr * (m1[q] / c1) / ((m2[q] / c2).sqrt() + eps);
+            }
+            bar.inc(chunk.len() as u64);
+            bar.set_message(format!("NLL {:.2}/kb", 1000.0 * nll_sum / bases_sum as f64));
+        }
+        bar.finish_and_clear();
+        report.nll_per_kb.push(1000.0 * nll_sum / bases_sum as f64);
+        if !cfg.progress {
+            continue;
+        }
+        eprintln!(
+            "epoch {:>2}/{}: NLL {:.3} per kb ({:.0} s)",
+            epoch + 1,
+            cfg.epochs,
+            report.nll_per_kb[epoch],
+            clock.elapsed().as_secs_f64()
+        );
+    }
+    report.seconds = clock.elapsed().as_secs_f64();
+    Ok((model, report))
+}
+
+/// The negative log-likelihood of the annotation of one record under `model`, and its
+/// gradient with respect to the weights (without the L2 penalty).
+pub fn objective(model: &Model, record: &Record) -> Result<(f64, Vec<f64>), Error> {
+    let gold =
+        gold_segments(&record.genes, record.seq.len(), model.layout.k).map_err(Error::Model)?;
+    let ex = Example {
+        prepared: Prepared::new(&record.seq),
+        gold,
+    };
+    let mut grad = vec![0.0; model.layout.total];
+    let nll = nll_and_gradient(model, &ex, &mut grad)?;
+    Ok((nll, grad))
+}
+
+fn gene_count(segs: &[Segment]) -> usize {
+    crate::model::genes_of(segs).len()
+}
+
+fn progress_bar(show: bool, len: u64, epoch: usize, epochs: usize) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} genes, {msg}, {elapsed}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(format!("epoch {}/{epochs}", epoch + 1));
+    bar
+}
