@@ -38,7 +38,7 @@ impl Default for TrainConfig {
             batch: 8,
             learning_rate: 0.05,
             l2: 1e-3,
-            max_exon: 2048,
+            max_exon: 8192,
             seed: 7,
             progress: true,
         }
