@@ -37,7 +37,7 @@ impl Default for TrainConfig {
             epochs: 12,
             batch: 8,
             learning_rate: 0.05,
-            l2: 1e-3,
+            l2: 0.01,
             max_exon: 8192,
             seed: 7,
             progress: true,
