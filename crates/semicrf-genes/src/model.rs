@@ -299,6 +299,33 @@ pub struct Potentials<F> {
     pub start: Array1<F>,
     /// `(C)`.
     pub end: Array1<F>,
+    /// `[T]`.
+    pub lengths: [usize; 1],
+}
+
+impl<F: Scalar> Potentials<F> {
+    /// The library's validated view of these tensors (`K` = `duration`'s first axis).
+    pub fn view(&self) -> Result<semicrf::Potentials<'_, F>, semicrf::Error> {
+        semicrf::Potentials::builder(self.scores.view(), &self.lengths, self.duration.nrows())
+            .transition(self.transition.view())
+            .duration(self.duration.view())
+            .start(self.start.view())
+            .end(self.end.view())
+            .begin_boundary(self.begin_boundary.view())
+            .end_boundary(self.end_boundary.view())
+            .build()
+    }
+}
+
+/// The engine every gene-model call runs on: streaming, one sequence per call on the
+/// calling thread (the callers spread sequences over threads themselves).
+pub fn engine(memory_budget: u64) -> semicrf::SemiCrf {
+    semicrf::SemiCrf::with_config(
+        semicrf::Config::new()
+            .backend(semicrf::Backend::Streaming)
+            .parallelism(semicrf::Parallelism::Sequential)
+            .memory_budget(memory_budget),
+    )
 }
 
 /// The gene model: a layout and its weights.
@@ -447,6 +474,7 @@ impl Model {
             duration,
             start,
             end,
+            lengths: [t_len],
         }
     }
 

@@ -2,11 +2,11 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
-use semicrf::{Backend, Config, Parallelism, Problem, SemiCrf};
+use semicrf::Problem;
 
 use crate::Error;
 use crate::data::{Gene, Record};
-use crate::model::{Model, Prepared, genes_of};
+use crate::model::{Model, Prepared, engine, genes_of};
 
 /// Decoding settings.
 #[derive(Clone, Debug)]
@@ -34,25 +34,11 @@ pub fn predict_one(model: &Model, seq: &[u8], cfg: &PredictConfig) -> Result<Vec
     let prepared = Prepared::new(seq);
     let p = model.potentials::<f32>(&prepared);
     drop(prepared);
-    let lengths = [seq.len()];
-    let pot = semicrf::Potentials::builder(p.scores.view(), &lengths, model.layout.k)
-        .transition(p.transition.view())
-        .duration(p.duration.view())
-        .start(p.start.view())
-        .end(p.end.view())
-        .begin_boundary(p.begin_boundary.view())
-        .end_boundary(p.end_boundary.view())
-        .build()?;
-    let problem: Problem<f32> = pot.into();
-    let crf = SemiCrf::with_config(
-        Config::new()
-            .backend(Backend::Streaming)
-            .parallelism(Parallelism::Sequential)
-            .memory_budget(cfg.memory_budget),
-    );
+    let problem: Problem<f32> = p.view()?.into();
+    let crf = engine(cfg.memory_budget);
     let best = crf.viterbi(&problem)?;
     if best[0].score == f64::NEG_INFINITY {
-        // Only an all-intergenic sequence shorter than one base could be infeasible.
+        // Every sequence has an all-intergenic segmentation: -inf here is a bug, not an answer.
         return Err(Error::Model(
             "no gene structure fits this sequence (Viterbi score -inf)".into(),
         ));

@@ -6,11 +6,11 @@ use ndarray::{Array2, s};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rayon::prelude::*;
-use semicrf::{Backend, Config, Parallelism, Problem, Segment, SemiCrf};
+use semicrf::{Problem, Segment};
 
 use crate::Error;
 use crate::data::Record;
-use crate::model::{Model, Prepared, gold_segments, why_impossible};
+use crate::model::{Model, Prepared, engine, gold_segments, why_impossible};
 
 /// Training settings.
 #[derive(Clone, Debug)]
@@ -68,24 +68,10 @@ struct Example {
 /// The NLL of one example and its gradient added to `grad`.
 fn nll_and_gradient(model: &Model, ex: &Example, grad: &mut [f64]) -> Result<f64, Error> {
     let p = model.potentials::<f64>(&ex.prepared);
-    let t = ex.prepared.len();
-    let lengths = [t];
-    let pot = semicrf::Potentials::builder(p.scores.view(), &lengths, model.layout.k)
-        .transition(p.transition.view())
-        .duration(p.duration.view())
-        .start(p.start.view())
-        .end(p.end.view())
-        .begin_boundary(p.begin_boundary.view())
-        .end_boundary(p.end_boundary.view())
-        .build()?;
+    let pot = p.view()?;
     let gold_score = semicrf::gold_score(&pot, 0, &ex.gold)?;
     let problem: Problem<f64> = pot.into();
-    let crf = SemiCrf::with_config(
-        Config::new()
-            .backend(Backend::Streaming)
-            .parallelism(Parallelism::Sequential)
-            .memory_budget(8 << 30),
-    );
+    let crf = engine(8 << 30);
     let out = crf.backward(&problem, None)?;
     let nll = out.log_z[0] - gold_score;
     let g = out.grad;

@@ -3,7 +3,7 @@
 //! against the annotation, model files bit for bit, and malformed input.
 
 use rand::{Rng, SeedableRng};
-use semicrf_genes::data::{self, Gene, Record, Strand};
+use semicrf_genes::data::{self, Gene, Record};
 use semicrf_genes::model::{Model, Prepared, genes_of, gold_segments, why_impossible};
 use semicrf_genes::predict::{PredictConfig, predict};
 use semicrf_genes::train::{TrainConfig, objective, train};
@@ -173,5 +173,4 @@ fn malformed_input_is_a_clear_error_naming_the_record() {
         modelfile::from_json("{\"format\":1}", "m.json"),
         Err(Error::Input { .. })
     ));
-    let _ = Strand::Plus;
 }
