@@ -110,6 +110,7 @@ pub fn durations(path: &Path, model: &Model) -> Result<(), Error> {
     }
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
