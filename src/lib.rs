@@ -116,7 +116,6 @@ use any_engine::cpu_threads;
 pub use config::{Backend, Config};
 
 pub use ndarray;
-pub use semicrf_core::reference;
 pub use semicrf_core::{
     Algorithm, Backward, ByteCount, Decoded, Device, EdgePotentials, Engine, EngineInfo,
     EntropySemiring, EntropyValue, Error, Form, Gradients, LogSemiring, MaxSemiring, Op,
@@ -125,6 +124,7 @@ pub use semicrf_core::{
     gold_score_edges, human_bytes, labels_from_segments, materialize, model,
     position_marginals_from_edges, segments_from_labels, validate_segmentation,
 };
+pub use semicrf_core::{range, reference};
 
 /// The default memory budget: 2 GiB of working memory per call.
 pub const DEFAULT_MEMORY_BUDGET: u64 = 2 << 30;

@@ -41,14 +41,15 @@ enum Command {
     /// The output object has `log_z` (B), `viterbi` (B, the best scores), `segments` (per
     /// sequence, a list of [start, duration, label]), `entropy` (B, the Shannon entropy in
     /// nats of the posterior over segmentations; null for a sequence with log Z = -inf,
-    /// which has no posterior), `boundary_marginals` (B x T, P(a segment starts at t), 0
+    /// which has no posterior, and for one whose potentials are too large for probabilities
+    /// to be accurate), `boundary_marginals` (B x T, P(a segment starts at t), 0
     /// beyond the length), `grad` (the gradients of the sum of log Z over the batch with
     /// respect to every input present, same keys and shapes; `scores` holds the position
     /// marginals), `backend` and `reason` (the engine chosen and why). With --no-grad,
     /// `boundary_marginals` and `grad` are left out.
     ///
-    /// Errors (malformed JSON, a missing key, a wrong shape, NaN or +inf, a length out of
-    /// range, an unavailable backend or device) print one line `error: ...` on stderr and
+    /// Errors (malformed JSON, a missing key, a wrong shape, NaN or +inf, potentials too
+    /// large in magnitude, a length out of range, an unavailable backend or device) print one line `error: ...` on stderr and
     /// exit with code 2.
     Eval(EvalArgs),
 }
@@ -224,18 +225,35 @@ fn eval(args: &EvalArgs) -> Result<String, Failure> {
 
     let log_z = crf.log_partition(&problem)?;
     let decoded = crf.viterbi(&problem)?;
-    // A sequence with log Z = -inf has no posterior, hence no entropy: null.
-    let entropy: Vec<Json> = crf
-        .forward::<EntropySemiring, f64>(&problem)?
-        .iter()
-        .map(|v| {
-            if v.log_weight == f64::NEG_INFINITY {
-                Json::Null
-            } else {
-                Json::Num(v.entropy)
+    // A sequence with log Z = -inf has no posterior, hence no entropy: null. Nor has one
+    // beyond the numeric range of probabilities, where the others keep theirs.
+    let entropy_json = |v: &semicrf::EntropyValue| {
+        if v.log_weight == f64::NEG_INFINITY {
+            Json::Null
+        } else {
+            Json::Num(v.entropy)
+        }
+    };
+    let entropy: Vec<Json> = match crf.forward::<EntropySemiring, f64>(&problem) {
+        Ok(values) => values.iter().map(entropy_json).collect(),
+        Err(Error::Magnitude { .. }) => {
+            let limits = problem.magnitudes().iter().zip(problem.lengths());
+            let in_range =
+                limits.map(|(m, &len)| m.bound <= semicrf::range::probability_limit(len));
+            let mut out = Vec::new();
+            for (b, ok) in in_range.enumerate() {
+                out.push(match owned.sequence(b) {
+                    Some(one) if ok => {
+                        let one = one.view()?.into();
+                        entropy_json(&crf.forward::<EntropySemiring, f64>(&one)?[0])
+                    }
+                    _ => Json::Null,
+                });
             }
-        })
-        .collect();
+            out
+        }
+        Err(e) => return Err(e.into()),
+    };
     let mut fields = vec![
         ("log_z".to_string(), Json::floats(&log_z)),
         (

@@ -64,6 +64,30 @@ pub enum Error {
         /// The bad value (NaN or `+inf`).
         value: f64,
     },
+    /// A sequence's potentials are too large in magnitude for the result asked to be trusted
+    /// (see [`range`](crate::range)).
+    #[error(
+        "sequence {sequence}: a segmentation can score up to {bound:.3e} in magnitude, beyond \
+         {limit:.3e}, the most at which {what}; the largest potential is `{tensor}` at \
+         {index:?} = {value:e}: rescale the potentials, or forbid with -inf rather than a large \
+         negative number"
+    )]
+    Magnitude {
+        /// Index of the sequence.
+        sequence: usize,
+        /// Its bound `M_b` on the magnitude of a segmentation's score.
+        bound: f64,
+        /// The limit it exceeds.
+        limit: f64,
+        /// What the limit protects.
+        what: &'static str,
+        /// The tensor of the largest finite potential in the bound.
+        tensor: &'static str,
+        /// Its multi-index.
+        index: Vec<usize>,
+        /// Its value.
+        value: f64,
+    },
     /// Upstream gradients are malformed.
     #[error("upstream gradient: {reason}")]
     Upstream {

@@ -57,6 +57,7 @@
 //! | `lengths` has the wrong count | [`Error::LengthsCount`] |
 //! | a length of 0 or > T | [`Error::Length`] |
 //! | NaN or `+inf` in any tensor (names tensor and index) | [`Error::NonFinite`] |
+//! | potentials too large for the result asked ([`range`](mod@range): names sequence, tensor, index, value) | [`Error::Magnitude`] |
 //! | upstream gradient of the wrong count or not finite | [`Error::Upstream`] |
 //! | a gradient asked where log Z = `-inf` | [`Error::Infeasible`] |
 //! | a gold segmentation that does not tile its sequence | [`Error::Segmentation`] |
@@ -77,6 +78,7 @@ mod error;
 mod materialize;
 pub mod model;
 mod potentials;
+pub mod range;
 pub mod reference;
 mod scalar;
 mod segments;

@@ -2,10 +2,11 @@
 //! ([`EdgePotentials`]), and the owned form of a problem ([`OwnedPotentials`]).
 
 use ndarray::{
-    ArrayD, ArrayView, ArrayView1, ArrayView2, ArrayView3, ArrayView5, ArrayViewD, Dimension,
+    ArrayD, ArrayView, ArrayView1, ArrayView2, ArrayView3, ArrayView5, ArrayViewD, Axis, Dimension,
     IntoDimension, Ix1, Ix2, Ix3,
 };
 
+use crate::range::{self, Magnitude};
 use crate::{Error, Result, Scalar};
 
 /// The dimensions of a problem: `B` sequences of at most `T` positions, durations `1..=K`,
@@ -99,6 +100,7 @@ pub struct Potentials<'a, F> {
     end_boundary: Option<ArrayView3<'a, F>>,
     lengths: &'a [usize],
     shape: Shape,
+    magnitudes: Vec<Magnitude>,
 }
 
 /// Builder of [`Potentials`]; every tensor is taken as a view of any rank and checked in
@@ -225,7 +227,7 @@ impl<'a, F: Scalar> PotentialsBuilder<'a, F> {
         if let Some(v) = &end_boundary {
             check_values("end_boundary", v)?;
         }
-        Ok(Potentials {
+        let mut p = Potentials {
             scores,
             transition,
             duration,
@@ -235,7 +237,11 @@ impl<'a, F: Scalar> PotentialsBuilder<'a, F> {
             end_boundary,
             lengths: self.lengths,
             shape,
-        })
+            magnitudes: Vec::new(),
+        };
+        p.magnitudes = range::structured(&p);
+        range::check_finite_results(&p.magnitudes, p.lengths)?;
+        Ok(p)
     }
 }
 
@@ -267,6 +273,10 @@ impl<'a, F: Scalar> Potentials<'a, F> {
     /// Per-sequence lengths `L_b`.
     pub fn lengths(&self) -> &'a [usize] {
         self.lengths
+    }
+    /// Per-sequence bounds on the magnitude of a segmentation's score ([`range`]).
+    pub fn magnitudes(&self) -> &[Magnitude] {
+        &self.magnitudes
     }
     /// Emission scores `(B, T, C)`.
     pub fn scores(&self) -> &ArrayView3<'a, F> {
@@ -364,6 +374,7 @@ pub struct EdgePotentials<'a, F> {
     edges: ArrayView5<'a, F>,
     lengths: &'a [usize],
     shape: Shape,
+    magnitudes: Vec<Magnitude>,
 }
 
 impl<'a, F: Scalar> EdgePotentials<'a, F> {
@@ -389,11 +400,19 @@ impl<'a, F: Scalar> EdgePotentials<'a, F> {
         }
         check_lengths(lengths, b, t)?;
         check_values("edges", &edges)?;
-        Ok(EdgePotentials {
+        let mut p = EdgePotentials {
             edges,
             lengths,
             shape: Shape::new(b, t, k, c),
-        })
+            magnitudes: Vec::new(),
+        };
+        p.magnitudes = range::edges(&p);
+        range::check_finite_results(&p.magnitudes, lengths)?;
+        Ok(p)
+    }
+    /// Per-sequence bounds on the magnitude of a segmentation's score ([`range`]).
+    pub fn magnitudes(&self) -> &[Magnitude] {
+        &self.magnitudes
     }
     /// `(B, T, K, C)`.
     pub fn shape(&self) -> Shape {
@@ -434,6 +453,13 @@ impl<'a, F: Scalar> Problem<'a, F> {
         match self {
             Problem::Structured(p) => p.lengths(),
             Problem::Edges(p) => p.lengths(),
+        }
+    }
+    /// Per-sequence bounds on the magnitude of a segmentation's score ([`range`]).
+    pub fn magnitudes(&self) -> &[Magnitude] {
+        match self {
+            Problem::Structured(p) => p.magnitudes(),
+            Problem::Edges(p) => p.magnitudes(),
         }
     }
     /// The input form, as the selector sees it.
@@ -506,6 +532,27 @@ impl<F: Scalar> OwnedPotentials<F> {
             b = b.end_boundary(t.view());
         }
         b.build()
+    }
+
+    /// Sequence `b` alone, as a batch of one (`None` if `b` is not a sequence of the batch):
+    /// the per-sequence tensors' row `b` and the shared tensors unchanged.
+    pub fn sequence(&self, b: usize) -> Option<OwnedPotentials<F>> {
+        let length = *self.lengths.get(b)?;
+        let row = |a: &ArrayD<F>| {
+            (a.ndim() > 0 && b < a.shape()[0])
+                .then(|| a.index_axis(Axis(0), b).insert_axis(Axis(0)).to_owned())
+        };
+        let opt_row = |a: &Option<ArrayD<F>>| match a {
+            Some(a) => row(a).map(Some),
+            None => Some(None),
+        };
+        Some(OwnedPotentials {
+            scores: row(&self.scores)?,
+            begin_boundary: opt_row(&self.begin_boundary)?,
+            end_boundary: opt_row(&self.end_boundary)?,
+            lengths: vec![length],
+            ..self.clone()
+        })
     }
 
     /// The same problem with every tensor converted element-wise (e.g. to `f32`).

@@ -332,11 +332,13 @@ impl EngineInfo for Reference {
 
 impl<F: Scalar> Engine<F> for Reference {
     fn forward<S: Semiring>(&self, problem: &Problem<'_, F>) -> Result<Vec<S::Value>> {
+        crate::range::check_semiring::<S, F>(problem)?;
         let e = edges_f64(problem);
         Ok(forward::<S>(e.view(), problem.lengths()))
     }
     fn backward(&self, problem: &Problem<'_, F>, upstream: &[f64]) -> Result<Backward> {
         check_upstream(upstream, problem.shape().batch)?;
+        crate::range::check_probabilities(problem)?;
         let e = edges_f64(problem);
         let (log_z, mut mu) = edge_marginals(e.view(), problem.lengths());
         check_feasible(&log_z)?;

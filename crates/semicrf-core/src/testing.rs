@@ -14,7 +14,7 @@
 
 use core::cell::Cell;
 
-use ndarray::{Array, ArrayD, Axis, IxDyn};
+use ndarray::{Array, ArrayD, IxDyn};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -337,15 +337,8 @@ pub fn cases(base: u64, random: u64) -> Vec<(String, OwnedPotentials<f64>)> {
 }
 
 /// Sequence `b` of a batch as a problem of its own (same padded length `T`).
-pub fn alone<F: Clone>(p: &OwnedPotentials<F>, b: usize) -> OwnedPotentials<F> {
-    let row = |a: &ArrayD<F>| a.index_axis(Axis(0), b).insert_axis(Axis(0)).to_owned();
-    OwnedPotentials {
-        scores: row(&p.scores),
-        begin_boundary: p.begin_boundary.as_ref().map(row),
-        end_boundary: p.end_boundary.as_ref().map(row),
-        lengths: vec![p.lengths[b]],
-        ..p.clone()
-    }
+pub fn alone<F: crate::Scalar>(p: &OwnedPotentials<F>, b: usize) -> OwnedPotentials<F> {
+    p.sequence(b).expect("a sequence of the batch")
 }
 
 /// Per-sequence upstream gradients in `±[0.25, 2)` with a 30% chance of a negative sign, and

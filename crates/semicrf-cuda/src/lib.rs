@@ -229,6 +229,7 @@ impl<F: Scalar> Engine<F> for CudaEngine {
     fn forward<S: Semiring>(&self, problem: &Problem<'_, F>) -> Result<Vec<S::Value>> {
         let gpu = self.gpu()?;
         let p = self.structured(problem)?;
+        semicrf_core::range::check_semiring::<S, F>(problem)?;
         let ring = self.ring::<S>()?;
         let out = streaming::forward(&gpu, &self.backend(), p, ring, self.linear)?;
         Ok(out.iter().map(|w| S::from_words(&w[..S::WIDTH])).collect())
@@ -237,6 +238,7 @@ impl<F: Scalar> Engine<F> for CudaEngine {
         let gpu = self.gpu()?;
         let p = self.structured(problem)?;
         semicrf_core::check_upstream(upstream, p.shape().batch)?;
+        semicrf_core::range::check_probabilities(problem)?;
         streaming::backward(&gpu, &self.backend(), p, upstream, self.linear)
     }
     fn viterbi(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {

@@ -57,6 +57,7 @@ pub(crate) fn forward<S: Semiring, F: Scalar>(
     par: Parallelism,
     problem: &Problem<'_, F>,
 ) -> Result<Vec<S::Value>> {
+    semicrf_core::range::check_semiring::<S, F>(problem)?;
     let lengths = problem.lengths();
     map_indexed(par, lengths.len(), |b| -> Result<S::Value> {
         let edges = sequence(problem, b)?;
@@ -91,6 +92,7 @@ pub(crate) fn backward<F: Scalar>(
     delta: usize,
 ) -> Result<Backward> {
     check_upstream(upstream, problem.shape().batch)?;
+    semicrf_core::range::check_probabilities(problem)?;
     match problem {
         Problem::Structured(p) => backward_structured(par, p, upstream, delta),
         Problem::Edges(e) => backward_edges(par, e, upstream, delta),

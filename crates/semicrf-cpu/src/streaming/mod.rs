@@ -406,6 +406,7 @@ impl EngineInfo for StreamingEngine {
 impl<F: Scalar> Engine<F> for StreamingEngine {
     fn forward<S: Semiring>(&self, problem: &Problem<'_, F>) -> Result<Vec<S::Value>> {
         let p = structured(problem)?;
+        semicrf_core::range::check_semiring::<S, F>(problem)?;
         Ok(if p.has_duration_dependent_transition() {
             self.forward_in::<S, DdFwd<S>, F>(p)
         } else {
@@ -416,6 +417,7 @@ impl<F: Scalar> Engine<F> for StreamingEngine {
     fn backward(&self, problem: &Problem<'_, F>, upstream: &[f64]) -> Result<Backward> {
         let p = structured(problem)?;
         check_upstream(upstream, p.shape().batch)?;
+        semicrf_core::range::check_probabilities(problem)?;
         if p.has_duration_dependent_transition() {
             self.backward_in::<DdFwd<LogSemiring>, DdBwd, F>(p, upstream)
         } else {
