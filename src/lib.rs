@@ -103,11 +103,14 @@
 //!   reports [`Error::BackendUnavailable`] saying so.
 //! - `cli` (default): the `semicrf` command-line tool (`semicrf eval --input problem.json`),
 //!   which reads and writes the JSON interchange format of the specification.
+//! - `json` (part of `cli`): [`interchange`], the reader and writer of that format.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod any_engine;
 mod config;
+#[cfg(feature = "json")]
+pub mod interchange;
 
 use ndarray::{Array2, Array3, Array5};
 

@@ -5,9 +5,6 @@
 //! prints one JSON object on stdout. Any error is one line `error: <message>` on stderr, with
 //! exit code 2 and nothing on stdout.
 
-#[path = "semicrf/interchange.rs"]
-mod interchange;
-
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,7 +14,7 @@ use semicrf::{
     Backend, Config, Device, EntropySemiring, Error, LogSemiring, Op, Problem, Selection, SemiCrf,
 };
 
-use interchange::Json;
+use semicrf::interchange::{self, Json};
 
 /// Semi-Markov CRF inference on problems in the JSON interchange format.
 #[derive(Debug, Parser)]

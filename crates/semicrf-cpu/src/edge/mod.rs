@@ -322,18 +322,22 @@ pub(crate) fn memory(backend: &str, query: &Query, par: Parallelism, delta: usiz
                 + ByteCount::f64s(&[7, c])
                 + lane * 2;
             if structured {
+                // The gradients pulled back per sequence have the inputs' shapes: the full
+                // `K` of the duration (and duration-dependent transition) tables, even where
+                // `K > T` and those inputs are absent.
+                let full_k = sh.max_duration;
                 let tr = if matches!(
                     query.form,
                     Form::Structured {
                         duration_dependent_transition: true
                     }
                 ) {
-                    ByteCount::f64s(&[k, c, c])
+                    ByteCount::f64s(&[full_k, c, c])
                 } else {
                     ByteCount::f64s(&[c, c])
                 };
                 let g = ByteCount::f64s(&[3, t, c])
-                    + ByteCount::f64s(&[k, c])
+                    + ByteCount::f64s(&[full_k, c])
                     + ByteCount::f64s(&[2, c])
                     + tr
                     + ByteCount::f64s(&[t]);

@@ -1,4 +1,5 @@
-//! The JSON interchange format (`semicrf::model` §10): problems in, results out.
+//! The JSON interchange format ([`model`](crate::model) §10): problems in, results out
+//! (feature `json`, part of `cli`).
 //!
 //! Reading is strict: unknown keys, ragged arrays, non-numeric entries and malformed
 //! `lengths` / `max_duration` are errors naming the key, tensor and index. Values may be JSON
@@ -6,8 +7,8 @@
 //! are read so that validation can reject them with the tensor and index. Writing is
 //! compact, keys in the order of the specification, `-inf` as the string `"-inf"`.
 
+use crate::OwnedPotentials;
 use ndarray::{ArrayD, ArrayViewD, Axis, IxDyn};
-use semicrf::OwnedPotentials;
 use serde_json::{Map, Value};
 
 /// The keys of a problem file.
