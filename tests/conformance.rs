@@ -1054,16 +1054,7 @@ fn cuda_streaming(_: Parallelism) -> semicrf_cuda::CudaEngine {
 /// reason printed, unless `SEMICRF_REQUIRE_GPU=1`, which makes that a failure.
 #[cfg(feature = "cuda")]
 fn gpu_ready() -> bool {
-    match cuda_streaming(Parallelism::Rayon).available() {
-        Ok(()) => true,
-        Err(e) if std::env::var("SEMICRF_REQUIRE_GPU").as_deref() == Ok("1") => {
-            panic!("SEMICRF_REQUIRE_GPU=1 but the GPU is unusable: {e}")
-        }
-        Err(e) => {
-            eprintln!("skipped (no usable GPU): {e}");
-            false
-        }
-    }
+    semicrf_cuda::CudaEngine::usable_or_skip(0).is_some()
 }
 
 #[cfg(feature = "cuda")]

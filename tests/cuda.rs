@@ -11,24 +11,12 @@ use semicrf_core::reference::{self, Reference};
 use semicrf_core::testing::{
     GenSpec, Tolerance, TransitionKind, Worst, assert_gradients_close, random_problem, upstream,
 };
-use semicrf_core::{
-    Algorithm, Engine, EntropySemiring, LogSemiring, MaxSemiring, Problem, gold_score,
-};
+use semicrf_core::{Engine, EntropySemiring, LogSemiring, MaxSemiring, Problem, gold_score};
 use semicrf_cpu::{Parallelism, StreamingEngine};
 use semicrf_cuda::CudaEngine;
 
 fn gpu() -> Option<CudaEngine> {
-    let e = CudaEngine::new(Algorithm::Streaming, 0);
-    match e.available() {
-        Ok(()) => Some(e),
-        Err(err) if std::env::var("SEMICRF_REQUIRE_GPU").as_deref() == Ok("1") => {
-            panic!("SEMICRF_REQUIRE_GPU=1 but the GPU is unusable: {err}")
-        }
-        Err(err) => {
-            eprintln!("skipped (no usable GPU): {err}");
-            None
-        }
-    }
+    CudaEngine::usable_or_skip(0)
 }
 
 /// Every `(K, C)` of the grid, both transition forms, all inputs, ragged lengths and some

@@ -7,19 +7,14 @@ use criterion::Criterion;
 
 #[cfg(feature = "cuda")]
 fn cuda_benches(c: &mut Criterion) {
-    use semicrf::{Algorithm, AnyEngine};
+    use semicrf::AnyEngine;
     use semicrf_cuda::CudaEngine;
 
     use crate::common::{Plan, bench};
 
-    let gpu = CudaEngine::new(Algorithm::Streaming, 0);
-    if let Err(e) = gpu.available() {
-        if std::env::var("SEMICRF_REQUIRE_GPU").as_deref() == Ok("1") {
-            panic!("SEMICRF_REQUIRE_GPU=1 but the GPU is unusable: {e}");
-        }
-        eprintln!("note: cuda/streaming skipped: {e}");
+    let Some(gpu) = CudaEngine::usable_or_skip(0) else {
         return;
-    }
+    };
     // `cuda-log`: the same engine with the log semiring in the log-domain kernels only.
     for (device, engine) in [
         ("cuda", AnyEngine::Cuda(gpu)),

@@ -116,6 +116,24 @@ impl CudaEngine {
         self
     }
 
+    /// The streaming engine on device `ordinal` if it can run here. Otherwise the reason is
+    /// printed on stderr and the answer is `None`, unless the environment sets
+    /// `SEMICRF_REQUIRE_GPU=1`, which turns that into a panic: how test suites and benches
+    /// skip GPU work on machines without one, and fail where a GPU is expected.
+    pub fn usable_or_skip(ordinal: usize) -> Option<CudaEngine> {
+        let e = CudaEngine::new(Algorithm::Streaming, ordinal);
+        match e.available() {
+            Ok(()) => Some(e),
+            Err(err) if std::env::var("SEMICRF_REQUIRE_GPU").as_deref() == Ok("1") => {
+                panic!("SEMICRF_REQUIRE_GPU=1 but the GPU is unusable: {err}")
+            }
+            Err(err) => {
+                eprintln!("skipped (no usable GPU): {err}");
+                None
+            }
+        }
+    }
+
     /// The CUDA device ordinal.
     pub fn ordinal(&self) -> usize {
         self.ordinal
