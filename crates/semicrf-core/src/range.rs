@@ -15,8 +15,8 @@
 //! `M_b = Σ_{s<L} max |edges[b, s, d-1, j, i]|` over the segments that fit. Two limits follow:
 //!
 //! - **finite results** ([`SCORE_LIMIT`]): every result (log Z, Viterbi, gradients) needs
-//!   `M_b ≤ 10³⁰⁰`, far from `f64` overflow; [`Potentials`](crate::Potentials) and
-//!   [`EdgePotentials`](crate::EdgePotentials) refuse more when they are built. log Z and the
+//!   `M_b ≤ 10³⁰⁰`, far from `f64` overflow; [`Potentials`] and
+//!   [`EdgePotentials`] refuse more when they are built. log Z and the
 //!   Viterbi score are then accurate to about `2⁻⁴⁵·M_b` absolute.
 //! - **probabilities** ([`PRECISE_LIMIT`]): gradients, marginals and entropies are differences
 //!   of such large numbers, exponentiated. Their error grows as `2⁻⁵³·M_b·√L` (measured: with
