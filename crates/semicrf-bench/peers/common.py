@@ -49,6 +49,8 @@ def setup(repeats, warmup):
     ap.add_argument("--warmup", type=int, default=warmup)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-backward", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda for the peer's GPU kernels")
+    ap.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     return a, load_problem(a.problem), load_ours(a.ours)
@@ -59,15 +61,20 @@ def load_ours(path):
         return json.load(f)
 
 
-def timed(fn, repeats, warmup):
-    """Runs fn warmup times untimed, then repeats times; returns (last result, runs in ms)."""
+def timed(fn, repeats, warmup, device="cpu"):
+    """Runs fn warmup times untimed, then repeats times; returns (last result, runs in ms).
+    On a GPU each run is timed from a synchronised start to a synchronised end, so it counts
+    all the kernels the call launched."""
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     out = None
     for _ in range(warmup):
         out = fn()
+    sync()
     runs = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         out = fn()
+        sync()
         runs.append((time.perf_counter() - t0) * 1e3)
     return out, runs
 
@@ -80,7 +87,7 @@ def max_abs(a, b):
 
 def log_z_errors(theirs, ours):
     """Max absolute error and max error relative to max(1, |log Z|)."""
-    t = torch.as_tensor(theirs, dtype=torch.float64).reshape(-1)
+    t = torch.as_tensor(theirs).detach().cpu().to(torch.float64).reshape(-1)
     o = torch.as_tensor(ours, dtype=torch.float64).reshape(-1)
     abs_err = (t - o).abs()
     rel = abs_err / torch.clamp(o.abs(), min=1.0)

@@ -3,6 +3,11 @@ torch-struct 0.5, forward and forward+backward in ms, the peers' time over ours,
 their log Z and position marginals are from ours.
 
     python table.py [--results DIR] [--json OUT]
+    python table.py --gpu [--results DIR/gpu]
+
+`--gpu` prints the GPU comparison of `run_gpu.sh` instead: ours on every CPU core, ours on the
+GPU and flash-semicrf's Triton kernels, with the ratios that matter (CPU / CUDA, flash / CUDA)
+and the peak GPU memory flash-semicrf allocated.
 """
 
 import argparse
@@ -49,11 +54,47 @@ def cell(peer, key, ours_ms):
     return ms(v), ratio(v, ours_ms)
 
 
+def gpu_table(d):
+    cpu, cuda, flash = load(d, "ours"), load(d, "ours_cuda"), load(d, "flash")
+    print(
+        "| shape | (B, T, K, C) | CPU fwd | CPU fwd+bwd | CUDA fwd | CUDA fwd+bwd "
+        "| CPU / CUDA (fwd+bwd) | flash fwd | flash fwd+bwd | flash / CUDA (fwd+bwd) "
+        "| flash peak MB (fwd+bwd) | flash max rel ΔlogZ | flash max abs Δ marginals |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    for s in sorted(cuda, key=lambda s: int(s[1:])):
+        c, g, f = cpu.get(s, {}), cuda[s], flash.get(s)
+        ff, _ = cell(f, "forward_ms", g["forward_ms"])
+        fb, fbr = cell(f, "backward_ms", g["backward_ms"])
+        peak = "—" if f is None or f.get("backward_peak_bytes") is None else f"{f['backward_peak_bytes'] / 1e6:,.0f}"
+
+        def err(key):
+            return "—" if f is None or f.get(key) is None else f"{f[key]:.1e}"
+
+        print(
+            f"| {s} | ({', '.join(map(str, g['shape']))}) | {ms(c.get('forward_ms'))} | "
+            f"{ms(c.get('backward_ms'))} | {ms(g['forward_ms'])} | {ms(g['backward_ms'])} | "
+            f"{c['backward_ms'] / g['backward_ms']:.2f}× | {ff} | {fb} | {fbr} | {peak} | "
+            f"{err('log_z_max_rel_err')} | {err('grad_scores_max_abs_err')} |"
+            if c
+            else f"| {s} | — |"
+        )
+    threads = next(iter(cpu.values()), {}).get("threads")
+    print(
+        f"\nms, medians; CPU = our streaming engine on {threads} threads; CUDA = ours, whole "
+        "calls (copies in and out included); flash = flash-semicrf 0.2.0 Triton; f32 inputs."
+    )
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", default=os.path.join(HERE, "results"))
     ap.add_argument("--json")
+    ap.add_argument("--gpu", action="store_true")
     a = ap.parse_args()
+    if a.gpu:
+        d = a.results if a.results != os.path.join(HERE, "results") else os.path.join(HERE, "results", "gpu")
+        return gpu_table(d)
     ours, flash, ts = load(a.results, "ours"), load(a.results, "flash"), load(a.results, "torch_struct")
     shapes = sorted(ours, key=lambda s: int(s[1:]))
     print(

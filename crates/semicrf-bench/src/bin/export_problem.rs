@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p semicrf-bench --bin export_problem -- --shape S2 [--seed N]
-//!     [--out DIR] [--repeats 5] [--engine streaming|scan|exact] [--no-time]
+//!     [--out DIR] [--repeats 5] [--engine streaming|scan|exact|cuda] [--no-time]
 //! cargo run --release -p semicrf-bench --bin export_problem -- --dims 16,256,15,8 ...
 //! ```
 //!
@@ -14,7 +14,9 @@
 //! - `ours_{label}.json`: our log Z per sequence (f32 inputs), the gradient of `Σ_b log Z_b`
 //!   with respect to `scores` (position marginals) and `duration`, and the median wall time of
 //!   `repeats` forward (log) and forward+backward calls after one warm-up call, in ms, with
-//!   every run's time and the number of rayon threads.
+//!   every run's time and the number of rayon threads. `--engine cuda` (feature `cuda`) runs
+//!   the CUDA streaming engine on device 0 instead and names the file `ours_cuda_{label}.json`;
+//!   its times are whole calls (inputs copied in, results copied out), as a caller sees them.
 
 use semicrf::{AnyEngine, Engine, EngineInfo, LogSemiring};
 use semicrf_bench::{SEED, canonical, median, ones, problem, shape_label, time_ms};
@@ -99,6 +101,10 @@ fn main() {
         "streaming" => AnyEngine::Streaming(StreamingEngine::new()),
         "scan" => AnyEngine::Scan(ScanEngine::new()),
         "exact" => AnyEngine::Exact(ExactEngine::new()),
+        #[cfg(feature = "cuda")]
+        "cuda" => AnyEngine::Cuda(
+            semicrf_cuda::CudaEngine::usable_or_skip(0).expect("a usable GPU for --engine cuda"),
+        ),
         other => panic!("unknown engine {other}"),
     };
     let p = Problem::Structured(owned.view().expect("valid"));
@@ -141,7 +147,11 @@ fn main() {
         "backward_runs_ms": bwd_ms,
         "repeats": repeats,
     });
-    let opath = format!("{out}/ours_{label}.json");
+    let opath = if engine_name == "cuda" {
+        format!("{out}/ours_cuda_{label}.json")
+    } else {
+        format!("{out}/ours_{label}.json")
+    };
     std::fs::write(&opath, serde_json::to_string(&ours).expect("json")).expect("writable");
     println!("{ppath}\n{opath}");
 }
