@@ -228,17 +228,11 @@ fn a_million_positions_with_k_1000_are_answered() {
         ((i[1] * 7 + i[2] * 3) % 11) as f64 / 5.0 - 1.0
     });
     let owned = OwnedPotentials {
-        scores,
         transition: Some(ArrayD::zeros(IxDyn(&[c, c]))),
         duration: Some(ArrayD::from_shape_fn(IxDyn(&[k, c]), |i| {
             -(i[0] as f64) / 100.0
         })),
-        start: None,
-        end: None,
-        begin_boundary: None,
-        end_boundary: None,
-        lengths: vec![t],
-        max_duration: k,
+        ..OwnedPotentials::new(scores, vec![t], k)
     };
     let p: Problem<f64> = owned.view().unwrap().into();
     let crf = crf(Backend::Streaming);

@@ -194,17 +194,7 @@ fn edge_potentials_have_the_same_range() {
 fn hardest_case(len: usize, fraction: f64) -> OwnedPotentials<f64> {
     let labels = 2;
     let s = fraction * probability_limit(len) / len as f64;
-    OwnedPotentials {
-        scores: equal(len, labels, s).into_dyn(),
-        transition: None,
-        duration: None,
-        start: None,
-        end: None,
-        begin_boundary: None,
-        end_boundary: None,
-        lengths: vec![len],
-        max_duration: 4.min(len),
-    }
+    OwnedPotentials::new(equal(len, labels, s).into_dyn(), vec![len], 4.min(len))
 }
 
 /// The log of the number of segmentations of `len` positions into segments of at most `k`

@@ -169,23 +169,9 @@ fn report(owned: &OwnedPotentials<f64>) -> String {
     out
 }
 
-fn owned(scores: ArrayD<f64>, lengths: Vec<usize>, max_duration: usize) -> OwnedPotentials<f64> {
-    OwnedPotentials {
-        scores,
-        transition: None,
-        duration: None,
-        start: None,
-        end: None,
-        begin_boundary: None,
-        end_boundary: None,
-        lengths,
-        max_duration,
-    }
-}
-
 #[test]
 fn three_labels_with_forbidden_transitions() {
-    let mut p = owned(
+    let mut p = OwnedPotentials::new(
         array![[
             [0.5, -0.2, 1.0],
             [1.5, 0.0, -1.0],
@@ -212,7 +198,7 @@ fn three_labels_with_forbidden_transitions() {
 
 #[test]
 fn duration_dependent_transition_with_boundaries_start_and_end() {
-    let mut p = owned(
+    let mut p = OwnedPotentials::new(
         array![
             [[0.2, -0.5], [1.0, 0.3], [-0.7, 0.9], [0.4, 0.4]],
             [[-0.1, 0.6], [0.5, -0.3], [0.8, 0.0], [0.2, -0.9]]
@@ -244,7 +230,7 @@ fn duration_dependent_transition_with_boundaries_start_and_end() {
 
 #[test]
 fn ragged_batch_with_lengths_five_two_and_one() {
-    let mut p = owned(
+    let mut p = OwnedPotentials::new(
         array![
             [[1.0, 0.0], [0.5, 0.5], [0.0, 1.0], [0.2, 0.1], [-0.3, 0.4]],
             [[0.3, -0.3], [0.0, 0.9], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]],
@@ -261,7 +247,7 @@ fn ragged_batch_with_lengths_five_two_and_one() {
 
 #[test]
 fn linear_chain_with_one_position_segments_and_a_forbidden_score() {
-    let mut p = owned(
+    let mut p = OwnedPotentials::new(
         array![[[0.9, 0.1, -0.3], [NEG_INF, 0.5, 0.2], [0.4, NEG_INF, 0.8]]].into_dyn(),
         vec![3],
         1,

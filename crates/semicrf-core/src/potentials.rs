@@ -510,6 +510,22 @@ pub struct OwnedPotentials<F> {
 }
 
 impl<F: Scalar> OwnedPotentials<F> {
+    /// A problem of emission scores only (every optional tensor absent, scoring 0); set the
+    /// others as fields.
+    pub fn new(scores: ArrayD<F>, lengths: Vec<usize>, max_duration: usize) -> Self {
+        OwnedPotentials {
+            scores,
+            transition: None,
+            duration: None,
+            start: None,
+            end: None,
+            begin_boundary: None,
+            end_boundary: None,
+            lengths,
+            max_duration,
+        }
+    }
+
     /// Validated borrowed potentials.
     pub fn view(&self) -> Result<Potentials<'_, F>> {
         let mut b = Potentials::builder(self.scores.view(), &self.lengths, self.max_duration);

@@ -82,17 +82,7 @@ impl Max {
         prefix: &[usize],
     ) {
         // The magnitude first, in memory order; the index only when it grows.
-        let mut best = 0.0;
-        let seen = |x: F, best: &mut f64| {
-            let a = x.as_f64().abs();
-            if a.is_finite() && a > *best {
-                *best = a;
-            }
-        };
-        match v.as_slice_memory_order() {
-            Some(s) => s.iter().for_each(|&x| seen(x, &mut best)),
-            None => v.iter().for_each(|&x| seen(x, &mut best)),
-        }
+        let best = max_abs(v);
         if best <= self.abs {
             return;
         }
@@ -118,12 +108,16 @@ impl Max {
     }
 }
 
-/// The largest finite `|x|` of a 1-D row.
-fn row_max<F: Scalar>(row: ndarray::ArrayView1<'_, F>) -> f64 {
-    row.iter()
-        .map(|x| x.as_f64().abs())
-        .filter(|a| a.is_finite())
-        .fold(0.0, f64::max)
+/// The largest finite `|x|` of `v` (0 if there is none), in memory order.
+fn max_abs<F: Scalar, D: Dimension>(v: &ArrayView<'_, F, D>) -> f64 {
+    let fold = |m: f64, x: &F| {
+        let a = x.as_f64().abs();
+        if a.is_finite() { m.max(a) } else { m }
+    };
+    match v.as_slice_memory_order() {
+        Some(s) => s.iter().fold(0.0, fold),
+        None => v.iter().fold(0.0, fold),
+    }
 }
 
 /// Per-sequence bounds of structured potentials.
@@ -176,8 +170,19 @@ pub(crate) fn structured<F: Scalar>(p: &Potentials<'_, F>) -> Vec<Magnitude> {
                 let Some(v) = v else { continue };
                 let seq = v.index_axis(Axis(0), b);
                 let seq = seq.slice_axis(Axis(0), Slice::from(..len));
-                bound += seq.outer_iter().map(row_max).sum::<f64>();
-                m.scan(name, &seq, &[b]);
+                // One pass: each position's largest entry adds to the bound; only the row
+                // holding the largest of all is searched again, for its index.
+                let (mut top, mut top_row) = (0.0, 0);
+                for (t, row) in seq.outer_iter().enumerate() {
+                    let r = max_abs(&row);
+                    bound += r;
+                    if r > top {
+                        (top, top_row) = (r, t);
+                    }
+                }
+                if top > m.abs {
+                    m.scan(name, &seq.index_axis(Axis(0), top_row), &[b, top_row]);
+                }
             }
             Magnitude {
                 bound,
@@ -201,10 +206,11 @@ pub(crate) fn edges<F: Scalar>(p: &EdgePotentials<'_, F>) -> Vec<Magnitude> {
                 // Only the segments that fit: `s + d ≤ L`.
                 let fits = seq.index_axis(Axis(0), s);
                 let fits = fits.slice_axis(Axis(0), Slice::from(..k.min(len - s)));
-                let mut at = Max::default();
-                at.scan("edges", &fits, &[b, s]);
-                bound += at.abs;
-                m.merge(&at);
+                let top = max_abs(&fits);
+                bound += top;
+                if top > m.abs {
+                    m.scan("edges", &fits, &[b, s]);
+                }
             }
             Magnitude {
                 bound,
