@@ -2,8 +2,9 @@
 //
 // The log-domain kernels spend most of a position on exponentials and logarithms: every ring
 // entry is exponentiated again at every position it is read. Here every quantity is kept as
-// a plain number relative to one power of two per position, 2^E_t, chosen from the previous
-// position's largest value, so that a position costs multiplications and sums only:
+// a plain number relative to one power of two per position, 2^E_t, chosen from the largest
+// value two positions back (`next_scale`), so that a position costs multiplications and sums
+// only:
 //
 //     twin r̃_s(j) = exp(r_s(j)) · 2^-E_t        (forward ring; backward: w̃_e(j), 2^-F_s)
 //     ã_t(j)      = exp(α_t(j)) · 2^-E_t
@@ -79,117 +80,75 @@ __device__ void stage_lin(double* dst, const double* src, const double* add, con
     }
 }
 
-__device__ __forceinline__ double team_max(double v, int width) {
-    for (int off = width >> 1; off > 0; off >>= 1)
-        v = fmax(v, __shfl_xor_sync(0xffffffffu, v, off, width));
-    return v;
-}
-
-// Whether any lane of this lane's team has `p`.
-__device__ __forceinline__ bool team_any(bool p, int width) {
-    const unsigned bits = __ballot_sync(0xffffffffu, p);
-    if (width >= 32) return bits != 0;
-    const int base = (threadIdx.x & 31) & ~(width - 1);
-    return ((bits >> base) & ((1u << width) - 1)) != 0;
-}
-
 // The duration accumulator of (d, j): label-major in shared memory (pdk: no bank conflicts
 // between the lanes of a team), in the output's layout [(d-1)·C + j] in global memory.
 __device__ __forceinline__ int pd_at(int d, int j, int C, int K, bool pdk) {
     return pdk ? j * K + d - 1 : (d - 1) * C + j;
 }
 
-// What one team's pass over a label's ring window found.
-struct Window {
-    double sum;   // Σ max(twin, 0) · Wl
-    bool fin;     // some term is finite (not -inf) in the log domain
-    bool lost;    // some twin of the window is LIN_LOST
-    bool newly;   // some twin became LIN_LOST in this pass
-    bool over;    // some twin exceeds LIN_HUGE
+// What a team found in one position, as bits (OR-reduced across the team).
+#define LB_FIN 1     // some window term is finite (not -inf) in the log domain
+#define LB_LOST 2    // some twin of the window is LIN_LOST
+#define LB_NEWLY 4   // some twin became LIN_LOST at this position
+#define LB_OVER 8    // some twin exceeds LIN_HUGE
+#define LB_TFIN 16   // some term of the transition step is finite
+
+// One position of one team, before and after the team's reduction.
+struct Step {
+    double sum;  // Σ max(twin, 0) · Wl over the window's durations
+    double v;    // Σ max(x, 0) · w over the transition step's labels
+    double m;    // max x over the transition step's labels (at least 0)
+    double em;   // max of their bounds on what underflow lost
+    int bits;
 };
 
-// Multiplies the window's twins of label j by f (f = 0: the window ends, every twin is -inf)
-// and sums them against the duration weights. Lane l visits durations l + 1, l + 1 + team,
-// ... <= nd, at slots slot0, slot0 ∓ team, ... (FWD: going back from the newest start;
-// otherwise forward from the nearest end). With `pd`, adds p · twin · Wl to its entry of
-// (d, j) (`pd_at`). The ring and the weights are label-major (rx[j·K + slot], Wl[j·K + d-1]):
-// the lanes of a team read consecutive words.
-template <bool FWD>
-__device__ __forceinline__ Window lin_window(double* rx, const double* __restrict__ wl, int j, int C, int K,
-                                             int slot0, int nd, int team, int l, double f,
-                                             double p, double* pd, bool pdk, bool act) {
-    Window w = {0.0, false, false, false, false};
-    if (act) {
-        int slot = slot0;
-        for (int d = l + 1; d <= nd; d += team) {
-            const int q = j * K + slot;
-            double y = rx[q];
-            if (f == 0.0) {
-                y = -0.0;
-            } else if (y > 0.0) {
-                y *= f;
-                if (y < lin_tiny()) {
-                    y = LIN_LOST;
-                    w.newly = true;
-                } else if (y > lin_huge()) {
-                    w.over = true;
-                }
-            }
-            rx[q] = y;
-            const double wd = __ldg(&wl[j * K + d - 1]);
-            const double term = fmax(y, 0.0) * wd;
-            w.sum += term;
-            if (pd) pd[pd_at(d, j, C, K, pdk)] += p * term;
-            w.fin |= !is_nz(y) && !is_nz(wd);
-            w.lost |= y == LIN_LOST;
-            slot = FWD ? slot_back(slot, team, K) : slot_fwd(slot, team, K);
-        }
+// Butterfly across a team of `width` lanes (a power of two, at most 32): all five quantities
+// in one pass, so that their shuffles overlap. Floating-point addition is commutative, so both
+// lanes of a pair compute the same sum and every lane ends with the team's result, reduced in
+// an order fixed by the lane numbers alone.
+__device__ __forceinline__ void step_reduce(Step& s, int width) {
+    for (int off = width >> 1; off > 0; off >>= 1) {
+        const double os = __shfl_xor_sync(0xffffffffu, s.sum, off, width);
+        const double ov = __shfl_xor_sync(0xffffffffu, s.v, off, width);
+        const double om = __shfl_xor_sync(0xffffffffu, s.m, off, width);
+        const double oe = __shfl_xor_sync(0xffffffffu, s.em, off, width);
+        const int ob = __shfl_xor_sync(0xffffffffu, s.bits, off, width);
+        s.sum += os;
+        s.v += ov;
+        s.m = fmax(s.m, om);
+        s.em = fmax(s.em, oe);
+        s.bits |= ob;
     }
-    w.sum = team_sum(w.sum, team);
-    w.fin = team_any(w.fin, team);
-    w.lost = team_any(w.lost, team);
-    w.newly = team_any(w.newly, team);
-    w.over = team_any(w.over, team);
-    return w;
 }
 
-// What a transition step's pass over the C labels of one row or column found.
-struct Mix {
-    double v;   // Σ_k max(x[k], 0) · w[k·ws]
-    double m;   // max_k x[k] (at least 0)
-    double em;  // max_k er[k]
-    bool fin;   // some term is finite in the log domain
-};
-
-// The transition step's sum for one label: lanes l < wb of the team visit k = l, l + wb, ...
-// < C, then the team reduces. With `acc`, adds q · term to acc[k] (each owned by one lane).
-__device__ __forceinline__ Mix lin_mix(const double* x, const double* er, const double* w,
-                                       int ws, int C, int l, int wb, int team, bool act,
-                                       double* acc, double q) {
-    Mix r = {0.0, 0.0, 0.0, false};
-    if (act && l < wb) {
-        for (int k = l; k < C; k += wb) {
-            const double xk = x[k], wk = w[k * ws];
-            const double term = fmax(xk, 0.0) * wk;
-            r.v += term;
-            if (acc) acc[k] += q * term;
-            r.m = fmax(r.m, xk);
-            r.em = fmax(r.em, er[k]);
-            r.fin |= !is_nz(xk) && !is_nz(wk);
+// One window term: multiplies twin y by f (f = 0: the window ends, the twin is -inf),
+// marks it lost below LIN_TINY, adds max(twin, 0) · wd to `sum` and returns the new twin and
+// the term (through `term`).
+__device__ __forceinline__ double lin_item(double y, double f, double wd, double& sum,
+                                           double& term, int& bits) {
+    if (f == 0.0) {
+        y = -0.0;
+    } else if (y > 0.0) {
+        y *= f;
+        if (y < lin_tiny()) {
+            y = LIN_LOST;
+            bits |= LB_NEWLY;
+        } else if (y > lin_huge()) {
+            bits |= LB_OVER;
         }
     }
-    r.v = team_sum(r.v, wb);
-    r.m = team_max(r.m, wb);
-    r.em = team_max(r.em, wb);
-    r.fin = team_any(r.fin, team);
-    return r;
+    term = fmax(y, 0.0) * wd;
+    sum += term;
+    if (!is_nz(y) && !is_nz(wd)) bits |= LB_FIN;
+    if (y == LIN_LOST) bits |= LB_LOST;
+    return y;
 }
 
-// The bound on label j's lost twins after a pass with factor f.
-__device__ __forceinline__ double lin_lambda(double lam, double f, const Window& w) {
+// The bound on label j's lost twins after a position with factor f.
+__device__ __forceinline__ double lin_lambda(double lam, double f, int bits) {
     lam = f == 0.0 ? 0.0 : lam * f;
-    if (w.newly) lam = fmax(lam, lin_tiny());
-    return w.lost ? lam : 0.0;
+    if (bits & LB_NEWLY) lam = fmax(lam, lin_tiny());
+    return (bits & LB_LOST) ? lam : 0.0;
 }
 
 // A new twin y (fin: it is finite in the log domain): LIN_LOST below LIN_TINY, with the
@@ -204,7 +163,16 @@ __device__ __forceinline__ double lin_insert(double y, bool fin, double* lam, in
     return y;
 }
 
-// The prepared parameters: Wl (K, C), Tl (C, C), Tr (C, C), Md, Mt, Mr, exp(Mt), exp(Mr)
+// The next position's scale exponent. The scale of a position comes from the largest value
+// two positions back (the one before is still being reduced when the position starts):
+// E_{t+1} = E_{t-1} + exponent(max ã_{t-1}), so e_{t+1} = exponent(m) - e_t. Any exponent is
+// exact; one that fits the values badly shows as an overflow or a loss (flags 2, 4).
+__device__ __forceinline__ int next_scale(double m, int e) {
+    const int n = scale_of(m) - e;
+    return n < -1000 ? -1000 : n > 1000 ? 1000 : n;
+}
+
+// The prepared parameters: Wl (C, K), Tl (C, C), Tr (C, C), Md, Mt, Mr, exp(Mt), exp(Mr)
 // (C each).
 struct Lin {
     const double *wl, *tl, *tr, *md, *mt, *mr, *emt, *emr;
@@ -223,6 +191,14 @@ struct Lin {
 // ---------------------------------------------------------------------------------------
 // Forward. Saves ã_t (alpha), ũ_t (u) and E_t (ex) when asked; writes log Z to out and Z
 // relative to 2^E_L to zl.
+//
+// One barrier per position. Position t's team for label j computes, from ã_{t-1} of every
+// label (written at t - 1),
+//     ũ_{t-1}(j) = Σ_i ã_{t-1}(i) · Tl[i, j]     (the transition step of t - 1)
+// and, at the same time, the window's terms of durations d >= 2, which do not depend on it;
+// then the new twin r̃_{t-1}(j) = ũ_{t-1}(j) · exp(bb[t-1, j] + Mt_j), its term (d = 1),
+// and ã_t(j). ã and its bounds are double-buffered by the parity of t.
+template <bool RS>
 __device__ void fwd_lin(const Args& a) {
     const int b = a.seq ? a.seq[blockIdx.x] : (int)blockIdx.x;
     const int L = (int)a.len[b], K = (int)a.K, C = (int)a.C, ch = a.ch;
@@ -232,15 +208,14 @@ __device__ void fwd_lin(const Args& a) {
     while (wb < C && wb < team) wb <<= 1;
     const Lin p(a);
     extern __shared__ double smem[];
-    double* ax = smem;   // ã_t
-    double* er = ax + C;  // bound on ã_t's part lost to underflow
-    double* lam = er + C;  // λ_j
-    double* misc = lam + C;  // [0]: the step's largest ã; [1]: the flag (an int)
-    int* flg = (int*)(misc + 1);
-    double* scs = misc + 2 + 32;
+    double* axb = smem;       // ã_t, two buffers
+    double* erb = axb + 2 * C;  // bounds on ã_t's part lost to underflow, two buffers
+    double* lam = erb + 2 * C;  // λ_j
+    int* flg = (int*)(lam + C);
+    double* scs = lam + C + 34;
     double* ebs = scs + ch * C;  // exp(eb[t-1] + Md)
-    double* bbs = ebs + ch * C;  // exp(bb[t] + Mt)
-    double* rx = a.smem_ring ? bbs + ch * C : a.ring + (i64)b * K * C;
+    double* bbs = ebs + ch * C;  // exp(bb[t-1] + Mt)
+    double* rx = RS ? bbs + ch * C : a.ring + (i64)b * K * C;
 
     if (threadIdx.x == 0) *flg = 0;
     __syncthreads();
@@ -253,65 +228,99 @@ __device__ void fwd_lin(const Args& a) {
     }
     if (a.ex && threadIdx.x == 0) a.ex[(i64)b * (a.T + 1)] = 0;
     i64 E = 0;
-    int e = 0;
+    int e = 0, en = 0;  // this position's scale exponent, the next one's
     int tk = 0, r = ch - 1;
     bool done = true;
     for (int t = 1; t <= L; ++t) {
         tk = tk + 1 == K ? 0 : tk + 1;
         if (++r == ch) {
+            // The previous position ended with a barrier: nobody reads the old chunk any more.
             r = 0;
             stage_lin(scs, a.sc, nullptr, a, b, a.T, t - 1, 0, ch, L, flg);
             stage_lin(ebs, a.eb, p.md, a, b, a.T, t - 1, 0, ch, L, flg);
-            stage_lin(bbs, a.bb, p.mt, a, b, a.T, t - 1, 1, ch, L, flg);
+            stage_lin(bbs, a.bb, p.mt, a, b, a.T, t - 1, 0, ch, L, flg);
             // Every thread sees its own flags: the OR is the same on all of them.
             if (__syncthreads_or(*flg != 0)) {
                 done = false;
                 break;
             }
         }
+        e = en;
         E += e;
         const double sc = pow2(-e);
         const int nd = t < K ? t : K;
+        const bool tr = t >= 2;
+        const double* axp = axb + ((t - 1) & 1) * C;
+        const double* erp = erb + ((t - 1) & 1) * C;
+        double* axn = axb + (t & 1) * C;
+        double* ern = erb + (t & 1) * C;
+        double mx = 0.0;
         for (int jb = 0; jb < C; jb += nteams) {
             const int j = jb + g;
             const bool act = j < C;
+            Step st = {0.0, 0.0, 0.0, 0.0, 0};
+            if (tr && l < wb) {
+                for (int k = l; k < C; k += wb) {
+                    const double xk = axp[k];
+                    if (act) {
+                        const double wk = __ldg(&p.tl[k * C + j]);
+                        st.v += fmax(xk, 0.0) * wk;
+                        if (!is_nz(xk) && !is_nz(wk)) st.bits |= LB_TFIN;
+                    }
+                    st.m = fmax(st.m, xk);
+                    st.em = fmax(st.em, erp[k]);
+                }
+            }
             const double f = act ? scs[r * C + j] * sc : 0.0;
-            const Window w = lin_window<true>(rx, p.wl, j, C, K, slot_back(tk, l + 1, K), nd,
-                                              team, l, f, 0.0, nullptr, false, act);
+            if (act) {
+                // Durations l + 1, l + 1 + team, ...; d = 1 waits for the new twin.
+                int d = l + 1, slot = slot_back(tk, l + 1, K);
+                if (tr && l == 0) {
+                    d += team;
+                    slot = slot_back(slot, team, K);
+                }
+                for (; d <= nd; d += team) {
+                    const int q = j * K + slot;
+                    double term;
+                    rx[q] = lin_item(rx[q], f, __ldg(&p.wl[j * K + d - 1]), st.sum, term,
+                                     st.bits);
+                    slot = slot_back(slot, team, K);
+                }
+            }
+            step_reduce(st, team);
+            mx = st.m;
             if (act && l == 0) {
-                const double lm = lin_lambda(lam[j], f, w);
+                double lm = lam[j];
+                if (tr) {
+                    const bool fin = (st.bits & LB_TFIN) != 0;
+                    const double y = lin_insert(st.v * bbs[r * C + j], fin, &lm, flg);
+                    if (a.u) SAVED(a.u, b, t - 1, j) = fin ? st.v : -0.0;
+                    if (st.em > lin_err() * st.m) atomicOr(flg, 4);
+                    const int q = j * K + slot_back(tk, 1, K);
+                    double term;
+                    rx[q] = lin_item(y, f, __ldg(&p.wl[j * K]), st.sum, term, st.bits);
+                }
+                lm = lin_lambda(lm, f, st.bits);
                 lam[j] = lm;
                 const double eb = ebs[r * C + j];
-                const double x = w.fin ? w.sum * eb : -0.0;
-                ax[j] = x;
-                er[j] = lm * (double)nd * fabs(eb);
-                if (w.over || !(x <= lin_huge())) atomicOr(flg, 2);
+                const double x = (st.bits & LB_FIN) ? st.sum * eb : -0.0;
+                axn[j] = x;
+                ern[j] = lm * (double)nd * fabs(eb);
+                if ((st.bits & LB_OVER) || !(x <= lin_huge())) atomicOr(flg, 2);
                 if (a.alpha) SAVED(a.alpha, b, t, j) = x;
             }
         }
-        __syncthreads();
         if (a.ex && threadIdx.x == 0) a.ex[(i64)b * (a.T + 1) + t] = E;
-        if (t == L) break;
-        for (int jb = 0; jb < C; jb += nteams) {
-            const int j = jb + g;
-            const bool act = j < C;
-            const Mix x = lin_mix(ax, er, act ? p.tl + j : p.tl, C, C, l, wb, team, act,
-                                  nullptr, 0.0);
-            if (act && l == 0) {
-                rx[j * K + tk] = lin_insert(x.v * bbs[r * C + j], x.fin, &lam[j], flg);
-                if (a.u) SAVED(a.u, b, t, j) = x.fin ? x.v : -0.0;
-                if (x.em > lin_err() * x.m) atomicOr(flg, 4);
-                if (j == 0) misc[0] = x.m;
-            }
-        }
+        en = tr ? next_scale(mx, e) : 0;
         __syncthreads();
-        e = scale_of(misc[0]);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
         double z = 0.0, ez = 0.0, m = 0.0, em = 0.0;
         bool fin = false;
         if (done) {
+            const double* ax = axb + (L & 1) * C;
+            const double* er = erb + (L & 1) * C;
             for (int j = 0; j < C; ++j) {
                 const double x = ax[j];
                 const double w = a.en[j] == neg_inf() ? -0.0 : exp(a.en[j]);
@@ -338,6 +347,12 @@ __device__ void fwd_lin(const Args& a) {
 //     end         ã_s(i) · exp(Mr_i) · κ_s · β̃_s(i)
 // with γ̃_s(j) = exp(bb[s, j] + Md_j) Σ_d Wl w̃, β̃_s(i) = Σ_j Tr[i, j] γ̃_s(j), and the new
 // twin w̃_s(i) = β̃_s(i) · exp(eb[s-1, i] + Mr_i).
+//
+// One barrier per position, as in the forward: position s's team for label j computes the
+// transition step of s + 1 (β̃_{s+1}(j), the end and transition marginals there) with the
+// window's terms of d >= 2, then the new twin w̃_{s+1}(j), its term and γ̃_s(j). Each
+// duration and transition accumulator is owned by one thread for the whole pass.
+template <bool RS, bool AS>
 __device__ void bwd_lin(const Args& a) {
     const int b = a.seq ? a.seq[blockIdx.x] : (int)blockIdx.x;
     const int L = (int)a.len[b], K = (int)a.K, C = (int)a.C, ch = a.ch;
@@ -349,22 +364,22 @@ __device__ void bwd_lin(const Args& a) {
     const double kz = 1.0 / a.zl[b];
     const i64 EL = a.ex[(i64)b * (a.T + 1) + L];
     extern __shared__ double smem[];
-    double* gam = smem;  // γ̃_s
-    double* er = gam + C;
-    double* lam = er + C;
-    double* misc = lam + C;
-    int* flg = (int*)(misc + 1);
-    double* exs = misc + 2;  // E of the staged rows (exact in f64)
+    double* gmb = smem;         // γ̃_s, two buffers
+    double* erb = gmb + 2 * C;  // bounds, two buffers
+    double* lam = erb + 2 * C;
+    int* flg = (int*)(lam + C);
+    double* exs = lam + C + 2;  // E of the staged rows (exact in f64)
     double* scs = exs + 32;
     double* gbs = scs + ch * C;  // exp(bb[s] + Md)
     double* us = gbs + ch * C;   // ũ_s
-    double* als = us + ch * C;   // ã_s
-    double* ebs = als + ch * C;  // exp(eb[s-1] + Mr)
+    double* als = us + ch * C;   // ã_s, rows lo..=s+1
+    double* ebs = als + (ch + 1) * C;  // exp(eb[s] + Mr)
     double* next = ebs + ch * C;
-    double* wx = a.smem_ring ? next : a.ring + (i64)b * K * C;
-    if (a.smem_ring) next += K * C;
-    double* pd = a.smem_acc ? next : a.pdur + (i64)b * K * C;
-    double* pt = a.smem_acc ? next + K * C : a.ptr + (i64)b * C * C;
+    double* wx = RS ? next : a.ring + (i64)b * K * C;
+    if (RS) next += K * C;
+    double* pd = AS ? next : a.pdur + (i64)b * K * C;
+    double* pt = AS ? next + K * C : a.ptr + (i64)b * C * C;
+    const bool pdk = AS;
 
     if (threadIdx.x == 0) *flg = 0;
     for (int x = threadIdx.x; x < K * C; x += blockDim.x) pd[x] = 0.0;
@@ -381,7 +396,8 @@ __device__ void bwd_lin(const Args& a) {
         AT(a.geb, b, L - 1, j) = em;
     }
     i64 F = 0;
-    int e = 0;
+    int e = 0, en = 0;
+    double kn = 0.0;  // κ_{s+1}
     int lo = L, sk = L % K;
     bool done = true;
     for (int s = L - 1; s >= 0; --s) {
@@ -393,8 +409,8 @@ __device__ void bwd_lin(const Args& a) {
             stage_lin(scs, a.sc, nullptr, a, b, a.T, lo, 0, n, L, flg);
             stage_lin(gbs, a.bb, p.md, a, b, a.T, lo, 0, n, L, flg);
             stage(us, a.u, a, b, a.T + 1, lo, 0, n, L);
-            stage(als, a.alpha, a, b, a.T + 1, lo, 0, n, L);
-            stage_lin(ebs, a.eb, p.mr, a, b, a.T, lo, -1, n, L, flg);
+            stage(als, a.alpha, a, b, a.T + 1, lo, 0, n + 1, L);
+            stage_lin(ebs, a.eb, p.mr, a, b, a.T, lo, 0, n, L, flg);
             for (int x = threadIdx.x; x < n; x += blockDim.x)
                 exs[x] = (double)a.ex[(i64)b * (a.T + 1) + lo + x];
             // Every thread sees its own flags: the OR is the same on all of them.
@@ -404,58 +420,96 @@ __device__ void bwd_lin(const Args& a) {
             }
         }
         const int r = s - lo;
+        e = en;
         F += e;
         const double sc = pow2(-e);
         const i64 ke = (i64)exs[r] + F - EL;
         const double kap = ldexp(kz, (int)(ke < -100000 ? -100000 : ke > 100000 ? 100000 : ke));
         const int nd = (L - s) < K ? (L - s) : K;
+        const bool tr = s + 1 < L;
+        const double* gp = gmb + ((s + 1) & 1) * C;  // γ̃_{s+1}
+        const double* erp = erb + ((s + 1) & 1) * C;
+        double* gn = gmb + (s & 1) * C;
+        double* ern = erb + (s & 1) * C;
+        double mx = 0.0;
         for (int jb = 0; jb < C; jb += nteams) {
             const int j = jb + g;
             const bool act = j < C;
+            Step st = {0.0, 0.0, 0.0, 0.0, 0};
+            double q = 0.0;
+            if (tr) {
+                if (act) q = als[(r + 1) * C + j] * p.emr[j] * kn;
+                if (l < wb) {
+                    for (int k = l; k < C; k += wb) {
+                        const double xk = gp[k];
+                        if (act) {
+                            const double wk = __ldg(&p.tr[j * C + k]);
+                            const double term = fmax(xk, 0.0) * wk;
+                            st.v += term;
+                            pt[j * C + k] += q * term;
+                            if (!is_nz(xk) && !is_nz(wk)) st.bits |= LB_TFIN;
+                        }
+                        st.m = fmax(st.m, xk);
+                        st.em = fmax(st.em, erp[k]);
+                    }
+                }
+            }
             double f = 0.0, gb = 0.0, pj = 0.0;
             if (act) {
                 f = scs[r * C + j] * sc;
                 gb = gbs[r * C + j];
                 pj = us[r * C + j] * gb * p.emt[j] * kap;
+                // Durations l + 1, l + 1 + team, ... (ends s + d); d = 1 waits for the new twin.
+                int d = l + 1, slot = slot_fwd(sk, l + 1, K);
+                if (tr && l == 0) {
+                    d += team;
+                    slot = slot_fwd(slot, team, K);
+                }
+                for (; d <= nd; d += team) {
+                    const int x = j * K + slot;
+                    double term;
+                    wx[x] = lin_item(wx[x], f, __ldg(&p.wl[j * K + d - 1]), st.sum, term,
+                                     st.bits);
+                    pd[pd_at(d, j, C, K, pdk)] += pj * term;
+                    slot = slot_fwd(slot, team, K);
+                }
             }
-            const Window w = lin_window<false>(wx, p.wl, j, C, K, slot_fwd(sk, l + 1, K), nd,
-                                               team, l, f, pj, pd, a.smem_acc != 0, act);
+            step_reduce(st, team);
+            mx = st.m;
             if (act && l == 0) {
-                const double lm = lin_lambda(lam[j], f, w);
+                double lm = lam[j];
+                if (tr) {
+                    const bool fin = (st.bits & LB_TFIN) != 0;
+                    AT(a.geb, b, s, j) = fin ? q * st.v + 0.0 : 0.0;
+                    const double y = lin_insert(st.v * ebs[r * C + j], fin, &lm, flg);
+                    if (st.em > lin_err() * st.m) atomicOr(flg, 4);
+                    if (fabs(q) * st.em * (double)C > lin_err()) atomicOr(flg, 4);
+                    const int x = j * K + slot_fwd(sk, 1, K);
+                    double term;
+                    wx[x] = lin_item(y, f, __ldg(&p.wl[j * K]), st.sum, term, st.bits);
+                    pd[pd_at(1, j, C, K, pdk)] += pj * term;
+                }
+                lm = lin_lambda(lm, f, st.bits);
                 lam[j] = lm;
-                const double gs = w.fin ? w.sum * gb : -0.0;
-                gam[j] = gs;
-                er[j] = lm * (double)nd * fabs(gb);
-                const double bm = w.fin ? pj * w.sum + 0.0 : 0.0;
+                const bool fin = (st.bits & LB_FIN) != 0;
+                const double gs = fin ? st.sum * gb : -0.0;
+                gn[j] = gs;
+                ern[j] = lm * (double)nd * fabs(gb);
+                const double bm = fin ? pj * st.sum + 0.0 : 0.0;
                 AT(a.gbb, b, s, j) = bm;
                 if (s == 0) a.pst[(i64)b * C + j] = bm;
-                if (w.over || !(gs <= lin_huge()) || !(fabs(pj) <= lin_huge()))
+                if ((st.bits & LB_OVER) || !(gs <= lin_huge()) || !(fabs(pj) <= lin_huge()))
                     atomicOr(flg, 2);
                 if (fabs(pj) * lm * (double)nd > lin_err()) atomicOr(flg, 4);
             }
         }
+        en = tr ? next_scale(mx, e) : 0;
+        kn = kap;
         __syncthreads();
-        if (s == 0) break;
-        for (int ib = 0; ib < C; ib += nteams) {
-            const int i = ib + g;
-            const bool act = i < C;
-            const double q = act ? als[r * C + i] * p.emr[i] * kap : 0.0;
-            const int row = act ? i * C : 0;
-            const Mix x = lin_mix(gam, er, p.tr + row, 1, C, l, wb, team, act, pt + row, q);
-            if (act && l == 0) {
-                AT(a.geb, b, s - 1, i) = x.fin ? q * x.v + 0.0 : 0.0;
-                wx[i * K + sk] = lin_insert(x.v * ebs[r * C + i], x.fin, &lam[i], flg);
-                if (x.em > lin_err() * x.m) atomicOr(flg, 4);
-                if (fabs(q) * x.em * (double)C > lin_err()) atomicOr(flg, 4);
-                if (i == 0) misc[0] = x.m;
-            }
-        }
-        __syncthreads();
-        e = scale_of(misc[0]);
     }
     __syncthreads();
     if (done && *flg == 0) {
-        if (a.smem_acc) {
+        if (AS) {
             const i64 kc = (i64)K * C;
             for (int x = threadIdx.x; x < K * C; x += blockDim.x)
                 a.pdur[(i64)b * kc + x] = pd[pd_at(x / C + 1, x % C, C, K, true)];
@@ -468,5 +522,13 @@ __device__ void bwd_lin(const Args& a) {
     if (threadIdx.x == 0) a.flag[b] = *flg;
 }
 
-extern "C" __global__ void __launch_bounds__(1024) fwd_lin_log(Args a) { fwd_lin(a); }
-extern "C" __global__ void __launch_bounds__(1024) bwd_lin_log(Args a) { bwd_lin(a); }
+// One kernel per placement of the ring (RS) and the backward's accumulators (AS): in shared
+// memory when they fit (suffixes _r, _a), else in global memory. Separate kernels let the
+// compiler address shared memory directly rather than through generic pointers, which cost
+// most of a position's latency.
+extern "C" __global__ void __launch_bounds__(1024) fwd_lin_log(Args a) { fwd_lin<false>(a); }
+extern "C" __global__ void __launch_bounds__(1024) fwd_lin_log_r(Args a) { fwd_lin<true>(a); }
+extern "C" __global__ void __launch_bounds__(1024) bwd_lin_log(Args a) { bwd_lin<false, false>(a); }
+extern "C" __global__ void __launch_bounds__(1024) bwd_lin_log_r(Args a) { bwd_lin<true, false>(a); }
+extern "C" __global__ void __launch_bounds__(1024) bwd_lin_log_a(Args a) { bwd_lin<false, true>(a); }
+extern "C" __global__ void __launch_bounds__(1024) bwd_lin_log_ra(Args a) { bwd_lin<true, true>(a); }

@@ -17,9 +17,13 @@ const SOURCES: [&str; 3] = [
 ];
 
 /// The kernels the module exports.
-pub(crate) const KERNELS: [&str; 10] = [
+pub(crate) const KERNELS: [&str; 14] = [
     "fwd_lin_log",
+    "fwd_lin_log_r",
     "bwd_lin_log",
+    "bwd_lin_log_r",
+    "bwd_lin_log_a",
+    "bwd_lin_log_ra",
     "fwd_static_log",
     "fwd_static_max",
     "fwd_static_ent",
@@ -172,6 +176,27 @@ mod tests {
                     ptx.contains(&format!(".entry {k}(")),
                     "{arch}: no kernel {k}"
                 );
+            }
+        }
+    }
+
+    /// Every placement of every kernel's shared memory names a kernel the module exports.
+    #[test]
+    fn every_placement_is_a_loaded_kernel() {
+        use crate::streaming::{Smem, placed};
+        for k in KERNELS
+            .iter()
+            .filter(|k| !k.ends_with("_r") && !k.ends_with("_a"))
+        {
+            for (ring, acc) in [(false, false), (true, false), (false, true), (true, true)] {
+                let m = Smem {
+                    ch: 1,
+                    ring,
+                    acc,
+                    bytes: 0,
+                };
+                let name = placed(k, m);
+                assert!(KERNELS.contains(&name.as_str()), "{k} {m:?}: {name}");
             }
         }
     }

@@ -122,11 +122,12 @@ pub(crate) struct Smem {
 /// `K`, `C`.
 fn parts(kernel: &str, k: usize, c: usize) -> (usize, usize, usize, usize) {
     let kc = k * c;
-    // The linear-domain kernels' header: three per-label rows, two scalars, 32 exponents.
-    let lin = 3 * c + 34;
+    // The linear-domain kernels' header: five per-label rows (two double-buffered, λ), the
+    // flag and 32 exponents; the backward stages one more row of α.
+    let lin = 5 * c + 34;
     match kernel {
         "fwd_lin_log" => (lin, 3, kc, 0),
-        "bwd_lin_log" => (lin, 5, kc, kc + c * c),
+        "bwd_lin_log" => (lin + c, 5, kc, kc + c * c),
         "fwd_static_ent" => (2 * c, 3, 2 * kc, 0),
         "fwd_dd_ent" => (2 * c, 3, 3 * kc, 0),
         "bwd_static_log" => (2 * c, 5, kc, kc + c * c),
@@ -156,6 +157,20 @@ pub(crate) fn smem(kernel: &str, k: usize, c: usize, limit: usize) -> Smem {
         ring: ring_fits,
         acc: acc_fits,
         bytes: used * 8,
+    }
+}
+
+/// The kernel that runs `kernel` with layout `m`: the linear-domain kernels come in one
+/// variant per placement of the ring (`_r`: shared memory) and of the backward's accumulators
+/// (`_a`), so that they address shared memory directly.
+pub(crate) fn placed(kernel: &str, m: Smem) -> String {
+    let ring = if m.ring { "r" } else { "" };
+    match kernel {
+        "fwd_lin_log" if m.ring => format!("{kernel}_r"),
+        "bwd_lin_log" if m.ring || m.acc => {
+            format!("{kernel}_{ring}{}", if m.acc { "a" } else { "" })
+        }
+        _ => kernel.to_string(),
     }
 }
 
@@ -422,9 +437,9 @@ impl<'g> Call<'g> {
 
     /// Launches `kernel` on the sequences of `seq` (one block each), or on all of them.
     fn launch_on(&self, kernel: &str, args: &Args, seq: Option<&Seq>) -> Result<()> {
-        let f = self.gpu.function(kernel);
         let sh = self.shape;
         let m = smem(kernel, sh.max_duration, sh.labels, self.gpu.smem_limit);
+        let f = self.gpu.function(&placed(kernel, m));
         if m.bytes > self.gpu.smem_limit {
             return Err(Error::Unsupported {
                 backend: self.backend.into(),
