@@ -102,12 +102,22 @@ struct Step {
     int bits;
 };
 
-// Butterfly across a team of `width` lanes (a power of two, at most 32): all five quantities
-// in one pass, so that their shuffles overlap. Floating-point addition is commutative, so both
-// lanes of a pair compute the same sum and every lane ends with the team's result, reduced in
-// an order fixed by the lane numbers alone.
-__device__ __forceinline__ void step_reduce(Step& s, int width) {
-    for (int off = width >> 1; off > 0; off >>= 1) {
+// The larger of two numbers that are never NaN (cheaper than fmax, which handles NaN).
+__device__ __forceinline__ double bigger(double a, double b) { return a > b ? a : b; }
+
+// Butterfly across a team of `width` lanes (a power of two, at most 32), every quantity in
+// one pass so that their shuffles overlap; the transition step's three only over the `wb`
+// lanes that hold them (the others hold 0). Floating-point addition is commutative, so both
+// lanes of a pair compute the same sum and every lane ends with the team's result, reduced
+// in an order fixed by the lane numbers alone.
+__device__ __forceinline__ void step_reduce(Step& s, int width, int wb) {
+    for (int off = width >> 1; off >= wb; off >>= 1) {
+        const double os = __shfl_xor_sync(0xffffffffu, s.sum, off, width);
+        const int ob = __shfl_xor_sync(0xffffffffu, s.bits, off, width);
+        s.sum += os;
+        s.bits |= ob;
+    }
+    for (int off = (wb < width ? wb : width) >> 1; off > 0; off >>= 1) {
         const double os = __shfl_xor_sync(0xffffffffu, s.sum, off, width);
         const double ov = __shfl_xor_sync(0xffffffffu, s.v, off, width);
         const double om = __shfl_xor_sync(0xffffffffu, s.m, off, width);
@@ -115,33 +125,32 @@ __device__ __forceinline__ void step_reduce(Step& s, int width) {
         const int ob = __shfl_xor_sync(0xffffffffu, s.bits, off, width);
         s.sum += os;
         s.v += ov;
-        s.m = fmax(s.m, om);
-        s.em = fmax(s.em, oe);
+        s.m = bigger(s.m, om);
+        s.em = bigger(s.em, oe);
         s.bits |= ob;
+    }
+    // Lanes at or beyond wb took no part in the transition step's reduction: broadcast it.
+    if (wb < width) {
+        s.v = __shfl_sync(0xffffffffu, s.v, 0, width);
+        s.m = __shfl_sync(0xffffffffu, s.m, 0, width);
+        s.em = __shfl_sync(0xffffffffu, s.em, 0, width);
     }
 }
 
 // One window term: multiplies twin y by f (f = 0: the window ends, the twin is -inf),
 // marks it lost below LIN_TINY, adds max(twin, 0) · wd to `sum` and returns the new twin and
-// the term (through `term`).
+// the term (through `term`). Written with selects rather than branches.
 __device__ __forceinline__ double lin_item(double y, double f, double wd, double& sum,
                                            double& term, int& bits) {
-    if (f == 0.0) {
-        y = -0.0;
-    } else if (y > 0.0) {
-        y *= f;
-        if (y < lin_tiny()) {
-            y = LIN_LOST;
-            bits |= LB_NEWLY;
-        } else if (y > lin_huge()) {
-            bits |= LB_OVER;
-        }
-    }
-    term = fmax(y, 0.0) * wd;
+    const bool live = y > 0.0;
+    double x = live ? y * f : y;
+    const bool low = live && x < lin_tiny();
+    x = f == 0.0 ? -0.0 : low ? LIN_LOST : x;
+    bits |= (low && f != 0.0 ? LB_NEWLY : 0) | (x > lin_huge() ? LB_OVER : 0) |
+            (!is_nz(x) && !is_nz(wd) ? LB_FIN : 0) | (x == LIN_LOST ? LB_LOST : 0);
+    term = (x > 0.0 ? x : 0.0) * wd;
     sum += term;
-    if (!is_nz(y) && !is_nz(wd)) bits |= LB_FIN;
-    if (y == LIN_LOST) bits |= LB_LOST;
-    return y;
+    return x;
 }
 
 // The bound on label j's lost twins after a position with factor f.
@@ -267,8 +276,8 @@ __device__ void fwd_lin(const Args& a) {
                         st.v += fmax(xk, 0.0) * wk;
                         if (!is_nz(xk) && !is_nz(wk)) st.bits |= LB_TFIN;
                     }
-                    st.m = fmax(st.m, xk);
-                    st.em = fmax(st.em, erp[k]);
+                    st.m = bigger(st.m, xk);
+                    st.em = bigger(st.em, erp[k]);
                 }
             }
             const double f = act ? scs[r * C + j] * sc : 0.0;
@@ -279,15 +288,26 @@ __device__ void fwd_lin(const Args& a) {
                     d += team;
                     slot = slot_back(slot, team, K);
                 }
-                for (; d <= nd; d += team) {
+                // Two terms at a time: both loads before either store.
+                for (; d + team <= nd; d += 2 * team) {
+                    const int s1 = slot_back(slot, team, K);
+                    const int q0 = j * K + slot, q1 = j * K + s1;
+                    const double y0 = rx[q0], y1 = rx[q1];
+                    const double w0 = __ldg(&p.wl[j * K + d - 1]);
+                    const double w1 = __ldg(&p.wl[j * K + d - 1 + team]);
+                    double t0, t1;
+                    rx[q0] = lin_item(y0, f, w0, st.sum, t0, st.bits);
+                    rx[q1] = lin_item(y1, f, w1, st.sum, t1, st.bits);
+                    slot = slot_back(s1, team, K);
+                }
+                if (d <= nd) {
                     const int q = j * K + slot;
                     double term;
                     rx[q] = lin_item(rx[q], f, __ldg(&p.wl[j * K + d - 1]), st.sum, term,
                                      st.bits);
-                    slot = slot_back(slot, team, K);
                 }
             }
-            step_reduce(st, team);
+            step_reduce(st, team, wb);
             mx = st.m;
             if (act && l == 0) {
                 double lm = lam[j];
@@ -449,8 +469,8 @@ __device__ void bwd_lin(const Args& a) {
                             pt[j * C + k] += q * term;
                             if (!is_nz(xk) && !is_nz(wk)) st.bits |= LB_TFIN;
                         }
-                        st.m = fmax(st.m, xk);
-                        st.em = fmax(st.em, erp[k]);
+                        st.m = bigger(st.m, xk);
+                        st.em = bigger(st.em, erp[k]);
                     }
                 }
             }
@@ -465,16 +485,29 @@ __device__ void bwd_lin(const Args& a) {
                     d += team;
                     slot = slot_fwd(slot, team, K);
                 }
-                for (; d <= nd; d += team) {
+                // Two terms at a time: both loads before either store.
+                for (; d + team <= nd; d += 2 * team) {
+                    const int s1 = slot_fwd(slot, team, K);
+                    const int x0 = j * K + slot, x1 = j * K + s1;
+                    const double y0 = wx[x0], y1 = wx[x1];
+                    const double w0 = __ldg(&p.wl[j * K + d - 1]);
+                    const double w1 = __ldg(&p.wl[j * K + d - 1 + team]);
+                    double t0, t1;
+                    wx[x0] = lin_item(y0, f, w0, st.sum, t0, st.bits);
+                    wx[x1] = lin_item(y1, f, w1, st.sum, t1, st.bits);
+                    pd[pd_at(d, j, C, K, pdk)] += pj * t0;
+                    pd[pd_at(d + team, j, C, K, pdk)] += pj * t1;
+                    slot = slot_fwd(s1, team, K);
+                }
+                if (d <= nd) {
                     const int x = j * K + slot;
                     double term;
                     wx[x] = lin_item(wx[x], f, __ldg(&p.wl[j * K + d - 1]), st.sum, term,
                                      st.bits);
                     pd[pd_at(d, j, C, K, pdk)] += pj * term;
-                    slot = slot_fwd(slot, team, K);
                 }
             }
-            step_reduce(st, team);
+            step_reduce(st, team, wb);
             mx = st.m;
             if (act && l == 0) {
                 double lm = lam[j];
