@@ -153,6 +153,65 @@ __device__ __forceinline__ double lin_item(double y, double f, double wd, double
     return x;
 }
 
+// The window's terms of label j from duration d to nd, every `team`-th, at ring slots that
+// move by `team` from `slot` (FWD: back from the newest start; otherwise on to later ends),
+// two at a time with both loads before either store; with `skip`, from the second of them
+// (d = 1 waits for the new twin). With `pd`, adds p · term to the accumulator of (d, j)
+// (`pd_at`).
+template <bool FWD>
+__device__ __forceinline__ void lin_window(double* ring, const double* __restrict__ wl, int j,
+                                           int C, int K, int d, int slot, bool skip, int nd,
+                                           int team, double f, Step& st, double p, double* pd,
+                                           bool pdk) {
+    if (skip) {
+        d += team;
+        slot = FWD ? slot_back(slot, team, K) : slot_fwd(slot, team, K);
+    }
+    for (; d + team <= nd; d += 2 * team) {
+        const int s1 = FWD ? slot_back(slot, team, K) : slot_fwd(slot, team, K);
+        const int q0 = j * K + slot, q1 = j * K + s1;
+        const double y0 = ring[q0], y1 = ring[q1];
+        const double w0 = __ldg(&wl[j * K + d - 1]);
+        const double w1 = __ldg(&wl[j * K + d - 1 + team]);
+        double t0, t1;
+        ring[q0] = lin_item(y0, f, w0, st.sum, t0, st.bits);
+        ring[q1] = lin_item(y1, f, w1, st.sum, t1, st.bits);
+        if (pd) {
+            pd[pd_at(d, j, C, K, pdk)] += p * t0;
+            pd[pd_at(d + team, j, C, K, pdk)] += p * t1;
+        }
+        slot = FWD ? slot_back(s1, team, K) : slot_fwd(s1, team, K);
+    }
+    if (d <= nd) {
+        const int q = j * K + slot;
+        double term;
+        ring[q] = lin_item(ring[q], f, __ldg(&wl[j * K + d - 1]), st.sum, term, st.bits);
+        if (pd) pd[pd_at(d, j, C, K, pdk)] += p * term;
+    }
+}
+
+// The transition step's terms for label j (act: j is a label): lanes l < wb visit the labels
+// k = l, l + wb, ... < C of the previous position's values x (bounds er) against the weights
+// w[k·ws], and take the maxima of x and er whether or not j is a label. With `acc`, adds
+// q · term to acc[k].
+__device__ __forceinline__ void lin_mix(Step& st, const double* x, const double* er,
+                                        const double* __restrict__ w, int ws, int C, int l,
+                                        int wb, bool act, double* acc, double q) {
+    if (l >= wb) return;
+    for (int k = l; k < C; k += wb) {
+        const double xk = x[k];
+        if (act) {
+            const double wk = __ldg(&w[k * ws]);
+            const double term = fmax(xk, 0.0) * wk;
+            st.v += term;
+            if (acc) acc[k] += q * term;
+            if (!is_nz(xk) && !is_nz(wk)) st.bits |= LB_TFIN;
+        }
+        st.m = bigger(st.m, xk);
+        st.em = bigger(st.em, er[k]);
+    }
+}
+
 // The bound on label j's lost twins after a position with factor f.
 __device__ __forceinline__ double lin_lambda(double lam, double f, int bits) {
     lam = f == 0.0 ? 0.0 : lam * f;
@@ -268,44 +327,12 @@ __device__ void fwd_lin(const Args& a) {
             const int j = jb + g;
             const bool act = j < C;
             Step st = {0.0, 0.0, 0.0, 0.0, 0};
-            if (tr && l < wb) {
-                for (int k = l; k < C; k += wb) {
-                    const double xk = axp[k];
-                    if (act) {
-                        const double wk = __ldg(&p.tl[k * C + j]);
-                        st.v += fmax(xk, 0.0) * wk;
-                        if (!is_nz(xk) && !is_nz(wk)) st.bits |= LB_TFIN;
-                    }
-                    st.m = bigger(st.m, xk);
-                    st.em = bigger(st.em, erp[k]);
-                }
-            }
+            if (tr) lin_mix(st, axp, erp, act ? p.tl + j : p.tl, C, C, l, wb, act, nullptr, 0.0);
             const double f = act ? scs[r * C + j] * sc : 0.0;
             if (act) {
-                // Durations l + 1, l + 1 + team, ...; d = 1 waits for the new twin.
-                int d = l + 1, slot = slot_back(tk, l + 1, K);
-                if (tr && l == 0) {
-                    d += team;
-                    slot = slot_back(slot, team, K);
-                }
-                // Two terms at a time: both loads before either store.
-                for (; d + team <= nd; d += 2 * team) {
-                    const int s1 = slot_back(slot, team, K);
-                    const int q0 = j * K + slot, q1 = j * K + s1;
-                    const double y0 = rx[q0], y1 = rx[q1];
-                    const double w0 = __ldg(&p.wl[j * K + d - 1]);
-                    const double w1 = __ldg(&p.wl[j * K + d - 1 + team]);
-                    double t0, t1;
-                    rx[q0] = lin_item(y0, f, w0, st.sum, t0, st.bits);
-                    rx[q1] = lin_item(y1, f, w1, st.sum, t1, st.bits);
-                    slot = slot_back(s1, team, K);
-                }
-                if (d <= nd) {
-                    const int q = j * K + slot;
-                    double term;
-                    rx[q] = lin_item(rx[q], f, __ldg(&p.wl[j * K + d - 1]), st.sum, term,
-                                     st.bits);
-                }
+                // Durations l + 1, l + 1 + team, ... (starts t - d).
+                lin_window<true>(rx, p.wl, j, C, K, l + 1, slot_back(tk, l + 1, K),
+                                 tr && l == 0, nd, team, f, st, 0.0, nullptr, false);
             }
             step_reduce(st, team, wb);
             mx = st.m;
@@ -316,9 +343,9 @@ __device__ void fwd_lin(const Args& a) {
                     const double y = lin_insert(st.v * bbs[r * C + j], fin, &lm, flg);
                     if (a.u) SAVED(a.u, b, t - 1, j) = fin ? st.v : -0.0;
                     if (st.em > lin_err() * st.m) atomicOr(flg, 4);
-                    const int q = j * K + slot_back(tk, 1, K);
-                    double term;
-                    rx[q] = lin_item(y, f, __ldg(&p.wl[j * K]), st.sum, term, st.bits);
+                    double term;  // its term (d = 1), straight from the register
+                    rx[j * K + slot_back(tk, 1, K)] =
+                        lin_item(y, f, __ldg(&p.wl[j * K]), st.sum, term, st.bits);
                 }
                 lm = lin_lambda(lm, f, st.bits);
                 lam[j] = lm;
@@ -459,53 +486,17 @@ __device__ void bwd_lin(const Args& a) {
             double q = 0.0;
             if (tr) {
                 if (act) q = als[(r + 1) * C + j] * p.emr[j] * kn;
-                if (l < wb) {
-                    for (int k = l; k < C; k += wb) {
-                        const double xk = gp[k];
-                        if (act) {
-                            const double wk = __ldg(&p.tr[j * C + k]);
-                            const double term = fmax(xk, 0.0) * wk;
-                            st.v += term;
-                            pt[j * C + k] += q * term;
-                            if (!is_nz(xk) && !is_nz(wk)) st.bits |= LB_TFIN;
-                        }
-                        st.m = bigger(st.m, xk);
-                        st.em = bigger(st.em, erp[k]);
-                    }
-                }
+                const int row = act ? j * C : 0;
+                lin_mix(st, gp, erp, p.tr + row, 1, C, l, wb, act, pt + row, q);
             }
             double f = 0.0, gb = 0.0, pj = 0.0;
             if (act) {
                 f = scs[r * C + j] * sc;
                 gb = gbs[r * C + j];
                 pj = us[r * C + j] * gb * p.emt[j] * kap;
-                // Durations l + 1, l + 1 + team, ... (ends s + d); d = 1 waits for the new twin.
-                int d = l + 1, slot = slot_fwd(sk, l + 1, K);
-                if (tr && l == 0) {
-                    d += team;
-                    slot = slot_fwd(slot, team, K);
-                }
-                // Two terms at a time: both loads before either store.
-                for (; d + team <= nd; d += 2 * team) {
-                    const int s1 = slot_fwd(slot, team, K);
-                    const int x0 = j * K + slot, x1 = j * K + s1;
-                    const double y0 = wx[x0], y1 = wx[x1];
-                    const double w0 = __ldg(&p.wl[j * K + d - 1]);
-                    const double w1 = __ldg(&p.wl[j * K + d - 1 + team]);
-                    double t0, t1;
-                    wx[x0] = lin_item(y0, f, w0, st.sum, t0, st.bits);
-                    wx[x1] = lin_item(y1, f, w1, st.sum, t1, st.bits);
-                    pd[pd_at(d, j, C, K, pdk)] += pj * t0;
-                    pd[pd_at(d + team, j, C, K, pdk)] += pj * t1;
-                    slot = slot_fwd(s1, team, K);
-                }
-                if (d <= nd) {
-                    const int x = j * K + slot;
-                    double term;
-                    wx[x] = lin_item(wx[x], f, __ldg(&p.wl[j * K + d - 1]), st.sum, term,
-                                     st.bits);
-                    pd[pd_at(d, j, C, K, pdk)] += pj * term;
-                }
+                // Durations l + 1, l + 1 + team, ... (ends s + d).
+                lin_window<false>(wx, p.wl, j, C, K, l + 1, slot_fwd(sk, l + 1, K),
+                                  tr && l == 0, nd, team, f, st, pj, pd, pdk);
             }
             step_reduce(st, team, wb);
             mx = st.m;
@@ -517,9 +508,9 @@ __device__ void bwd_lin(const Args& a) {
                     const double y = lin_insert(st.v * ebs[r * C + j], fin, &lm, flg);
                     if (st.em > lin_err() * st.m) atomicOr(flg, 4);
                     if (fabs(q) * st.em * (double)C > lin_err()) atomicOr(flg, 4);
-                    const int x = j * K + slot_fwd(sk, 1, K);
-                    double term;
-                    wx[x] = lin_item(y, f, __ldg(&p.wl[j * K]), st.sum, term, st.bits);
+                    double term;  // its term (d = 1), straight from the register
+                    wx[j * K + slot_fwd(sk, 1, K)] =
+                        lin_item(y, f, __ldg(&p.wl[j * K]), st.sum, term, st.bits);
                     pd[pd_at(1, j, C, K, pdk)] += pj * term;
                 }
                 lm = lin_lambda(lm, f, st.bits);

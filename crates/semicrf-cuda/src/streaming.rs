@@ -164,14 +164,13 @@ pub(crate) fn smem(kernel: &str, k: usize, c: usize, limit: usize) -> Smem {
 /// variant per placement of the ring (`_r`: shared memory) and of the backward's accumulators
 /// (`_a`), so that they address shared memory directly.
 pub(crate) fn placed(kernel: &str, m: Smem) -> String {
-    let ring = if m.ring { "r" } else { "" };
-    match kernel {
-        "fwd_lin_log" if m.ring => format!("{kernel}_r"),
-        "bwd_lin_log" if m.ring || m.acc => {
-            format!("{kernel}_{ring}{}", if m.acc { "a" } else { "" })
-        }
-        _ => kernel.to_string(),
-    }
+    let suffix = match (kernel, m.ring, m.acc) {
+        ("fwd_lin_log", true, _) | ("bwd_lin_log", true, false) => "_r",
+        ("bwd_lin_log", false, true) => "_a",
+        ("bwd_lin_log", true, true) => "_ra",
+        _ => "",
+    };
+    format!("{kernel}{suffix}")
 }
 
 /// Device bytes a call allocates for `shape` (inputs with both boundaries counted, so an
