@@ -1069,6 +1069,24 @@ fn cuda_streaming_log(_: Parallelism) -> semicrf_cuda::CudaEngine {
 #[cfg(feature = "cuda")]
 conformance!(cuda_log, cuda_streaming_log, gpu_ready);
 
+/// The CUDA exact engine (the edge-form kernels) on device 0.
+#[cfg(feature = "cuda")]
+fn cuda_exact(_: Parallelism) -> semicrf_cuda::CudaEngine {
+    semicrf_cuda::CudaEngine::new(semicrf_core::Algorithm::Exact, 0)
+}
+
+#[cfg(feature = "cuda")]
+conformance!(cuda_exact, cuda_exact, gpu_ready);
+
+/// The CUDA scan engine on device 0 (the same edge-form kernels as exact).
+#[cfg(feature = "cuda")]
+fn cuda_scan(_: Parallelism) -> semicrf_cuda::CudaEngine {
+    semicrf_cuda::CudaEngine::new(semicrf_core::Algorithm::Scan, 0)
+}
+
+#[cfg(feature = "cuda")]
+conformance!(cuda_scan, cuda_scan, gpu_ready);
+
 /// The oracle's own finite-difference check, so the suite's gradient machinery is known to be
 /// able to fail: a perturbed gradient must be caught.
 #[test]

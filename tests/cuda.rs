@@ -281,3 +281,177 @@ fn ten_runs_are_bitwise_identical() {
         }
     }
 }
+
+/// The exact and scan engines (the edge-form kernels) on edge input over the `(K, C)` grid
+/// (items per label from 1 to 10⁵: one lane to many rounds of a full team), ragged lengths and
+/// `-inf` edges: against the CPU exact engine in every semiring, Viterbi (score and path),
+/// edge gradients and boundary marginals; then ten runs bitwise identical.
+#[test]
+fn edge_kernels_match_the_cpu_exact_engine() {
+    use semicrf_core::{Algorithm, EdgePotentials, materialize};
+    let Some(_) = gpu() else { return };
+    let cpu = semicrf_cpu::ExactEngine::new().parallelism(Parallelism::Rayon);
+    let worst = Worst::new("cuda exact vs cpu exact: edge gradients (absolute)");
+    let (mut n, mut repeated) = (0, 0);
+    for (x, k) in [1usize, 2, 3, 64, 1000].into_iter().enumerate() {
+        for (y, c) in [1usize, 3, 5, 24, 33, 100].into_iter().enumerate() {
+            // At most about 3·10⁶ edges per sequence.
+            let len = (3_000_000 / (k * c * c)).clamp(2, 70);
+            let mut spec = GenSpec::new(3, len, k, c).everything();
+            spec.forbid_scores = 0.02;
+            let seed = (x * 10 + y) as u64;
+            let owned = random_problem(500 + seed, &spec);
+            let pv = owned.view().unwrap();
+            let mut edges = materialize(&pv);
+            // Some finite edges where materialisation put -inf, some -inf where it did not.
+            let mut r = seed;
+            edges.mapv_inplace(|v| {
+                r = r
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                match (v.is_finite(), (r >> 33) % 16) {
+                    (false, 0) => -0.5,
+                    (true, 1) => f64::NEG_INFINITY,
+                    _ => v,
+                }
+            });
+            let ep = EdgePotentials::new(edges.view(), pv.lengths()).unwrap();
+            let p = Problem::Edges(ep);
+            let tag = format!("K={k} C={c} T={len}");
+            let zc = cpu.forward::<LogSemiring>(&p).unwrap();
+            let hc = cpu.forward::<EntropySemiring>(&p).unwrap();
+            let mc = cpu.forward::<MaxSemiring>(&p).unwrap();
+            let vc = cpu.viterbi(&p).unwrap();
+            for algorithm in [Algorithm::Exact, Algorithm::Scan] {
+                let cuda = CudaEngine::new(algorithm, 0);
+                let z = Engine::<f64>::forward::<LogSemiring>(&cuda, &p).unwrap();
+                let h = Engine::<f64>::forward::<EntropySemiring>(&cuda, &p).unwrap();
+                let m = Engine::<f64>::forward::<MaxSemiring>(&cuda, &p).unwrap();
+                let v = Engine::<f64>::viterbi(&cuda, &p).unwrap();
+                let ok = Tolerance::F64_VALUES;
+                for b in 0..3 {
+                    assert!(
+                        ok.ok(z[b], zc[b]),
+                        "{tag} b={b}: log Z {} vs {}",
+                        z[b],
+                        zc[b]
+                    );
+                    assert!(ok.ok(m[b], mc[b]), "{tag} b={b}: max {} vs {}", m[b], mc[b]);
+                    assert!(ok.ok(v[b].score, vc[b].score), "{tag} b={b}: Viterbi score");
+                    // Ties are broken alike, so the paths are the same.
+                    assert_eq!(v[b].segments, vc[b].segments, "{tag} b={b}: Viterbi path");
+                    if zc[b].is_finite() {
+                        assert!(
+                            ok.ok(h[b].entropy, hc[b].entropy)
+                                || (h[b].entropy - hc[b].entropy).abs() <= 1e-10,
+                            "{tag} b={b}: entropy {} vs {}",
+                            h[b].entropy,
+                            hc[b].entropy
+                        );
+                    }
+                }
+                if zc.iter().all(|z| z.is_finite()) {
+                    let g = upstream(seed, 3);
+                    let got = Engine::<f64>::backward(&cuda, &p, &g).unwrap();
+                    let want = cpu.backward(&p, &g).unwrap();
+                    if let (Some(a), Some(w)) = (&got.grad.edges, &want.grad.edges) {
+                        for (x, y) in a.iter().zip(w.iter()) {
+                            worst.see((x - y).abs());
+                        }
+                    }
+                    assert_gradients_close(&tag, &got.grad, &want.grad, Tolerance::F64_GRADS);
+                    for (a, w) in got.boundary_marginals.iter().zip(&want.boundary_marginals) {
+                        assert!((a - w).abs() <= 1e-9, "{tag}: boundary marginal {a} vs {w}");
+                    }
+                    if (k, c) == (64, 24) {
+                        let first = format!("{got:?}");
+                        for run in 1..10 {
+                            let again = Engine::<f64>::backward(&cuda, &p, &g).unwrap();
+                            assert_eq!(format!("{again:?}"), first, "{tag} run {run}: backward");
+                            let w = Engine::<f64>::viterbi(&cuda, &p).unwrap();
+                            assert_eq!(w, v, "{tag} run {run}: Viterbi");
+                        }
+                        repeated += 1;
+                    }
+                }
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 60);
+    assert_eq!(repeated, 2, "the ten-run check ran for exact and scan");
+}
+
+/// `memory_required` is an upper bound of the bytes every call allocates, for every engine,
+/// operation, transition form and input type (inputs with both boundaries, the largest
+/// case), and it is not loose: the bytes allocated are at least two thirds of it. What the
+/// driver set aside (the fall of free memory, page granularity included) is printed.
+#[test]
+fn memory_required_bounds_what_calls_allocate() {
+    use semicrf_core::{Algorithm, EngineInfo};
+    let Some(_) = gpu() else { return };
+    for (algorithm, dd, (b, t, k, c)) in [
+        (Algorithm::Streaming, false, (4, 3000, 40, 6)),
+        (Algorithm::Streaming, true, (2, 500, 12, 5)),
+        (Algorithm::Exact, false, (2, 400, 12, 5)),
+        (Algorithm::Scan, true, (3, 300, 7, 9)),
+    ] {
+        let mut spec = GenSpec::new(b, t, k, c).everything();
+        spec.transition = if dd {
+            TransitionKind::DurationDependent
+        } else {
+            TransitionKind::Static
+        };
+        let owned = random_problem(41, &spec);
+        let e = CudaEngine::new(algorithm, 0);
+        let tag = format!("{} dd={dd} ({b}, {t}, {k}, {c})", e.name());
+        allocations_within_the_bound(&e, &Problem::Structured(owned.view().unwrap()), &tag);
+        let o32 = owned.cast::<f32>();
+        allocations_within_the_bound(&e, &Problem::Structured(o32.view().unwrap()), &tag);
+    }
+}
+
+fn allocations_within_the_bound<F: semicrf_core::Scalar>(
+    e: &CudaEngine,
+    p: &Problem<'_, F>,
+    tag: &str,
+) where
+    CudaEngine: Engine<F>,
+{
+    use semicrf_core::{EngineInfo, Op, Query};
+    let g = upstream(2, p.shape().batch);
+    let ops = [
+        Op::forward::<LogSemiring>(),
+        Op::forward::<EntropySemiring>(),
+        Op::forward::<MaxSemiring>(),
+        Op::Viterbi,
+        Op::Backward,
+    ];
+    for op in ops {
+        let ((), used) = e
+            .measure_memory(|| match op {
+                Op::Forward(i) if i.name == "log" => {
+                    e.forward::<LogSemiring>(p).map(|_| ()).unwrap()
+                }
+                Op::Forward(i) if i.name == "entropy" => {
+                    e.forward::<EntropySemiring>(p).map(|_| ()).unwrap()
+                }
+                Op::Forward(_) => e.forward::<MaxSemiring>(p).map(|_| ()).unwrap(),
+                Op::Viterbi => e.viterbi(p).map(|_| ()).unwrap(),
+                Op::Backward => e.backward(p, &g).map(|_| ()).unwrap(),
+            })
+            .unwrap();
+        let need = e.memory_required(&Query::of(p, op)).unwrap();
+        let tag = format!("{tag} {} {op:?}", F::DTYPE);
+        eprintln!(
+            "{tag}: required {need}, allocated {}, driver {}",
+            used.allocated, used.driver
+        );
+        assert!(used.allocated <= need, "{tag}: {} > {need}", used.allocated);
+        assert!(
+            3 * used.allocated >= 2 * need,
+            "{tag}: {} << {need}",
+            used.allocated
+        );
+    }
+}

@@ -75,7 +75,7 @@ __device__ void stage_lin(double* dst, const double* src, const double* add, con
     for (int x = threadIdx.x; x < n * C; x += blockDim.x) {
         const i64 p = p0 + off + x / C;
         const int j = x % C;
-        const double v = (src && p >= 0 && p < L) ? src[((i64)b * rows + p) * C + j] : 0.0;
+        const double v = (src && p >= 0 && p < L) ? ld_in(a, src, ((i64)b * rows + p) * C + j) : 0.0;
         dst[x] = lin_exp(v, add ? add[j] : 0.0, flg);
     }
 }
@@ -455,8 +455,8 @@ __device__ void bwd_lin(const Args& a) {
             __syncthreads();
             stage_lin(scs, a.sc, nullptr, a, b, a.T, lo, 0, n, L, flg);
             stage_lin(gbs, a.bb, p.md, a, b, a.T, lo, 0, n, L, flg);
-            stage(us, a.u, a, b, a.T + 1, lo, 0, n, L);
-            stage(als, a.alpha, a, b, a.T + 1, lo, 0, n + 1, L);
+            stage(us, a.u, a, b, a.T + 1, lo, 0, n, L, false);
+            stage(als, a.alpha, a, b, a.T + 1, lo, 0, n + 1, L, false);
             stage_lin(ebs, a.eb, p.mr, a, b, a.T, lo, 0, n, L, flg);
             for (int x = threadIdx.x; x < n; x += blockDim.x)
                 exs[x] = (double)a.ex[(i64)b * (a.T + 1) + lo + x];

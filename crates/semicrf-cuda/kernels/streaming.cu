@@ -15,9 +15,9 @@
 // entry -inf for good, which is exactly the window barrier of the model.
 
 struct Args {
-    const double* sc;   // (B, T, C) scores
-    const double* bb;   // (B, T, C) begin boundary, or null
-    const double* eb;   // (B, T, C) end boundary, or null
+    const double* sc;   // (B, T, C) scores (f32 when `f32in`: read them with `ld_in`)
+    const double* bb;   // (B, T, C) begin boundary, or null (likewise)
+    const double* eb;   // (B, T, C) end boundary, or null (likewise)
     const double* tr;   // (C, C) [i*C + j], or (K, C, C) [(d-1)*C*C + i*C + j]
     const double* dur;  // (K, C) [(d-1)*C + j]
     const double* st;   // (C)
@@ -36,7 +36,7 @@ struct Args {
     double* out;        // (B, 2) forward result (x, h); (B, C) final α in `last`
     double* last;       // (B, C) α_L (Viterbi), or null
     double* gsc;        // (B, T, C) position marginals × g (backward)
-    double* gbb;        // (B, T, C) begin marginals × g
+    double* gbb;        // (B, T, C) begin marginals × g; `gsc` when there is no begin boundary
     double* geb;        // (B, T, C) end marginals × g
     double* bmarg;      // (B, T) boundary marginals
     double* pdur;       // (B, K, C) duration marginals per sequence [(d-1)*C + j]
@@ -53,24 +53,35 @@ struct Args {
     int ch;         // positions staged in shared memory at a time
     int smem_ring;  // whether the rings live in shared memory (else in `ring`, `ring2`)
     int smem_acc;   // whether the backward's shared-parameter accumulators do (else global)
+    int f32in;      // whether sc, bb and eb hold f32 (the caller's f32 inputs, not widened)
 };
 
 #define AT(p, b, t, j) ((p)[((i64)(b) * a.T + (t)) * a.C + (j)])
 #define SAVED(p, b, t, j) ((p)[((i64)(b) * (a.T + 1) + (t)) * a.C + (j)])
 
+// Element i of an input tensor (sc, bb, eb), stored as f32 or f64.
+__device__ __forceinline__ double ld_in(const Args& a, const double* p, i64 i) {
+    return a.f32in ? (double)reinterpret_cast<const float*>(p)[i] : p[i];
+}
+
 __device__ __forceinline__ double opt_at(const double* p, const Args& a, int b, i64 t, i64 j) {
-    return p ? AT(p, b, t, j) : 0.0;
+    return p ? ld_in(a, p, ((i64)b * a.T + t) * a.C + j) : 0.0;
 }
 
 // Copies rows p0 + off .. p0 + off + n - 1 of a (B, rows, C) tensor of sequence b into dst
-// (n rows of C), zeros for rows outside [0, L) or an absent tensor. All threads take part;
-// the caller synchronises before reading.
+// (n rows of C), zeros for rows outside [0, L) or an absent tensor. `input`: src is one of the
+// caller's inputs (sc, bb, eb: f32 when `a.f32in`), else one of the kernels' f64 tables. All
+// threads take part; the caller synchronises before reading.
 __device__ void stage(double* dst, const double* src, const Args& a, int b, i64 rows, i64 p0,
-                      i64 off, i64 n, i64 L) {
+                      i64 off, i64 n, i64 L, bool input) {
     const i64 C = a.C;
+    const bool f32 = input && a.f32in;
     for (i64 x = threadIdx.x; x < n * C; x += blockDim.x) {
         const i64 p = p0 + off + x / C;
-        dst[x] = (src && p >= 0 && p < L) ? src[((i64)b * rows + p) * C + x % C] : 0.0;
+        const i64 i = ((i64)b * rows + p) * C + x % C;
+        double v = 0.0;
+        if (src && p >= 0 && p < L) v = f32 ? (double)reinterpret_cast<const float*>(src)[i] : src[i];
+        dst[x] = v;
     }
 }
 
@@ -130,9 +141,9 @@ __device__ void fwd_static(const Args& a) {
         if (++r == ch) {
             // The previous step ended with a barrier: nobody reads the old chunk any more.
             r = 0;
-            stage(scs, a.sc, a, b, a.T, t - 1, 0, ch, L);
-            stage(ebs, a.eb, a, b, a.T, t - 1, 0, ch, L);
-            stage(bbs, a.bb, a, b, a.T, t - 1, 1, ch, L);
+            stage(scs, a.sc, a, b, a.T, t - 1, 0, ch, L, true);
+            stage(ebs, a.eb, a, b, a.T, t - 1, 0, ch, L, true);
+            stage(bbs, a.bb, a, b, a.T, t - 1, 1, ch, L, true);
             __syncthreads();
         }
         const i64 nd = t < K ? t : K;
@@ -238,9 +249,9 @@ __device__ void fwd_dd(const Args& a) {
         tk = tk + 1 == K ? 0 : tk + 1;
         if (++r == ch) {
             r = 0;
-            stage(scs, a.sc, a, b, a.T, t - 1, 0, ch, L);
-            stage(ebs, a.eb, a, b, a.T, t - 1, 0, ch, L);
-            stage(bbs, a.bb, a, b, a.T, t - 1, 1, ch, L);
+            stage(scs, a.sc, a, b, a.T, t - 1, 0, ch, L, true);
+            stage(ebs, a.eb, a, b, a.T, t - 1, 0, ch, L, true);
+            stage(bbs, a.bb, a, b, a.T, t - 1, 1, ch, L, true);
             __syncthreads();
         }
         const i64 nd = t < K ? t : K;
@@ -309,7 +320,9 @@ __device__ void fwd_dd(const Args& a) {
 // ---------------------------------------------------------------------------------------
 // Backward (log semiring), shared tail: position marginals from the begin and end marginals,
 // P(t in a segment of j) = Σ_{s<=t} begin(s, j) - Σ_{e<t} end(e, j), accumulated in f64 in
-// position order; boundary marginals; everything per sequence scaled by g_b.
+// position order; boundary marginals; everything per sequence scaled by g_b. Without a begin
+// boundary the begin marginals are kept in `gsc` (`gbb == gsc`), each read just before its
+// place is overwritten by the position marginal.
 __device__ void bwd_tail(const Args& a, int b, i64 L) {
     const i64 C = a.C;
     for (i64 t = threadIdx.x; t < a.T; t += blockDim.x) {
@@ -327,7 +340,7 @@ __device__ void bwd_tail(const Args& a, int b, i64 L) {
             run += bm;
             AT(a.gsc, b, t, j) = gb * run;
             run -= em;
-            AT(a.gbb, b, t, j) = gb * bm;
+            if (a.gbb != a.gsc) AT(a.gbb, b, t, j) = gb * bm;
             AT(a.geb, b, t, j) = gb * em;
         }
     }
@@ -398,11 +411,11 @@ __device__ void bwd_static(const Args& a) {
         if (s < lo) {
             lo = s + 1 > ch ? s + 1 - ch : 0;
             const i64 n = s - lo + 1;
-            stage(scs, a.sc, a, b, a.T, lo, 0, n, L);
-            stage(bbs, a.bb, a, b, a.T, lo, 0, n, L);
-            stage(us, a.u, a, b, a.T + 1, lo, 0, n, L);
-            stage(als, a.alpha, a, b, a.T + 1, lo, 0, n, L);
-            stage(ebs, a.eb, a, b, a.T, lo, -1, n, L);
+            stage(scs, a.sc, a, b, a.T, lo, 0, n, L, true);
+            stage(bbs, a.bb, a, b, a.T, lo, 0, n, L, true);
+            stage(us, a.u, a, b, a.T + 1, lo, 0, n, L, false);
+            stage(als, a.alpha, a, b, a.T + 1, lo, 0, n, L, false);
+            stage(ebs, a.eb, a, b, a.T, lo, -1, n, L, true);
             __syncthreads();
         }
         const i64 r = s - lo;
@@ -514,10 +527,10 @@ __device__ void bwd_dd(const Args& a) {
         if (s < lo) {
             lo = s + 1 > ch ? s + 1 - ch : 0;
             const i64 n = s - lo + 1;
-            stage(scs, a.sc, a, b, a.T, lo, 0, n, L);
-            stage(bbs, a.bb, a, b, a.T, lo, 0, n, L);
-            stage(als, a.alpha, a, b, a.T + 1, lo, 0, n, L);
-            stage(ebs, a.eb, a, b, a.T, lo, -1, n, L);
+            stage(scs, a.sc, a, b, a.T, lo, 0, n, L, true);
+            stage(bbs, a.bb, a, b, a.T, lo, 0, n, L, true);
+            stage(als, a.alpha, a, b, a.T + 1, lo, 0, n, L, false);
+            stage(ebs, a.eb, a, b, a.T, lo, -1, n, L, true);
             __syncthreads();
         }
         const i64 r = s - lo;

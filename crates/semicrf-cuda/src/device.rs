@@ -3,21 +3,26 @@
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError,
+    ValidAsZeroBits,
+};
 use cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
 use semicrf_core::{Error, Result};
 
 /// The kernel sources, compiled together by NVRTC.
-const SOURCES: [&str; 3] = [
+const SOURCES: [&str; 4] = [
     include_str!("../kernels/semiring.cuh"),
     include_str!("../kernels/streaming.cu"),
     include_str!("../kernels/linear.cu"),
+    include_str!("../kernels/edge.cu"),
 ];
 
 /// The kernels the module exports.
-pub(crate) const KERNELS: [&str; 14] = [
+pub(crate) const KERNELS: [&str; 20] = [
     "fwd_lin_log",
     "fwd_lin_log_r",
     "bwd_lin_log",
@@ -32,6 +37,12 @@ pub(crate) const KERNELS: [&str; 14] = [
     "fwd_dd_ent",
     "bwd_static_log",
     "bwd_dd_log",
+    "edge_fwd_log",
+    "edge_fwd_max",
+    "edge_fwd_ent",
+    "edge_bwd_log",
+    "edge_marg",
+    "edge_bm",
 ];
 
 /// One opened device: its context, the stream every call runs on, and the kernels.
@@ -44,9 +55,87 @@ pub(crate) struct Gpu {
     pub(crate) smem_limit: usize,
     /// Calls on one device are serialised: they share the stream and its buffers' order.
     pub(crate) lock: Mutex<()>,
+    /// Whether allocations are being counted ([`Gpu::measure`]).
+    measuring: AtomicBool,
+    /// Bytes allocated since the measurement began.
+    allocated: AtomicU64,
+    /// The least free device memory seen at a call's high-water mark ([`Gpu::mark`]).
+    low_water: AtomicU64,
+}
+
+/// The device memory a piece of work took ([`crate::CudaEngine::measure_memory`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Bytes the engine allocated during the work, summed over every allocation (so at least
+    /// the most it held at once): the counterpart of PyTorch's `max_memory_allocated`.
+    pub allocated: u64,
+    /// How far the device's free memory (`cuMemGetInfo`) fell below its level before the work
+    /// at the calls' high-water marks (every buffer of a call allocated): what the driver
+    /// really set aside, page granularity included. Another process's allocations in the
+    /// meantime would count too.
+    pub driver: u64,
 }
 
 impl Gpu {
+    /// `n` zeroed elements on the device.
+    pub(crate) fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        n: usize,
+    ) -> std::result::Result<CudaSlice<T>, DriverError> {
+        let n = n.max(1);
+        self.count::<T>(n);
+        self.stream.alloc_zeros::<T>(n)
+    }
+
+    /// A copy of `v` on the device.
+    pub(crate) fn upload<T: DeviceRepr>(
+        &self,
+        v: &[T],
+    ) -> std::result::Result<CudaSlice<T>, DriverError> {
+        self.count::<T>(v.len());
+        self.stream.clone_htod(v)
+    }
+
+    fn count<T>(&self, n: usize) {
+        if self.measuring.load(Ordering::Relaxed) {
+            let bytes = (n as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+            self.allocated.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// A call's high-water mark: every buffer it uses is allocated. While measuring, records
+    /// the free device memory.
+    pub(crate) fn mark(&self) {
+        if self.measuring.load(Ordering::Relaxed)
+            && let Ok((free, _)) = self.ctx.mem_get_info()
+        {
+            self.low_water.fetch_min(free as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Runs `work` with allocations counted and free memory sampled at its calls'
+    /// high-water marks.
+    pub(crate) fn measure<R>(
+        &self,
+        work: impl FnOnce() -> R,
+    ) -> std::result::Result<(R, MemoryUse), DriverError> {
+        self.stream.synchronize()?;
+        let (before, _) = self.ctx.mem_get_info()?;
+        self.allocated.store(0, Ordering::Relaxed);
+        self.low_water.store(before as u64, Ordering::Relaxed);
+        self.measuring.store(true, Ordering::Relaxed);
+        let r = work();
+        self.measuring.store(false, Ordering::Relaxed);
+        let low = self.low_water.load(Ordering::Relaxed);
+        Ok((
+            r,
+            MemoryUse {
+                allocated: self.allocated.load(Ordering::Relaxed),
+                driver: (before as u64).saturating_sub(low),
+            },
+        ))
+    }
+
     pub(crate) fn function(&self, name: &str) -> &CudaFunction {
         match self.functions.get(name) {
             Some(f) => f,
@@ -150,6 +239,9 @@ fn open(ordinal: usize) -> Opened {
         functions,
         smem_limit: smem_limit as usize,
         lock: Mutex::new(()),
+        measuring: AtomicBool::new(false),
+        allocated: AtomicU64::new(0),
+        low_water: AtomicU64::new(u64::MAX),
     }))
 }
 
@@ -186,7 +278,7 @@ mod tests {
         use crate::streaming::{Smem, placed};
         for k in KERNELS
             .iter()
-            .filter(|k| !k.ends_with("_r") && !k.ends_with("_a"))
+            .filter(|k| !k.ends_with("_r") && !k.ends_with("_a") && !k.starts_with("edge_"))
         {
             for (ring, acc) in [(false, false), (true, false), (false, true), (true, true)] {
                 let m = Smem {

@@ -55,6 +55,7 @@ struct Args {
     ch: i32,
     smem_ring: i32,
     smem_acc: i32,
+    f32in: i32,
 }
 
 // SAFETY: a plain `repr(C)` block of integers, laid out as the kernels' `struct Args`.
@@ -173,31 +174,34 @@ pub(crate) fn placed(kernel: &str, m: Smem) -> String {
     format!("{kernel}{suffix}")
 }
 
-/// Device bytes a call allocates for `shape` (inputs with both boundaries counted, so an
-/// upper bound).
-pub(crate) fn bytes(shape: Shape, dd: bool, what: What) -> ByteCount {
+/// Device bytes a call allocates for `shape` and inputs of `dtype_bytes` (scores and both
+/// boundaries counted, and the begin boundary's gradient, so an upper bound).
+pub(crate) fn bytes(shape: Shape, dd: bool, what: What, dtype_bytes: usize) -> ByteCount {
     let (b, t, k, c) = (shape.batch, shape.len, shape.max_duration, shape.labels);
     let tr = if dd {
         ByteCount::f64s(&[k, c, c])
     } else {
         ByteCount::f64s(&[c, c])
     };
-    let inputs = ByteCount::f64s(&[3, b, t, c])
+    let stored = if dtype_bytes == 4 { 4 } else { 8 };
+    let inputs = ByteCount::bytes(&[3, b, t, c, stored])
         + tr
         + ByteCount::f64s(&[k, c])
         + ByteCount::f64s(&[2, c])
         + ByteCount::f64s(&[b]);
     let rings = |w: usize| ByteCount::f64s(&[w, b, k, c]);
     let t1 = t.saturating_add(1);
-    // The linear-domain path: prepared parameters, flags and sequence lists (two of each in
-    // a backward), the backward's exponents and Z.
+    // The linear-domain path: prepared parameters, 4-byte flags and sequence lists (a flag
+    // and a list in a forward; two flags and four lists in a backward), the backward's
+    // exponents and Z.
     let linear = ByteCount::f64s(&[k, c])
         + ByteCount::f64s(&[2, c, c])
         + ByteCount::f64s(&[5, c])
-        + ByteCount::bytes(&[16, b])
         + match what {
-            What::Backward => ByteCount::bytes(&[8, b, t1]) + ByteCount::f64s(&[b]),
-            _ => ByteCount::bytes(&[0]),
+            What::Backward => {
+                ByteCount::bytes(&[24, b]) + ByteCount::bytes(&[8, b, t1]) + ByteCount::f64s(&[b])
+            }
+            _ => ByteCount::bytes(&[8, b]),
         };
     let fwd = ByteCount::f64s(&[2, b]) + linear;
     let work = match what {
@@ -214,7 +218,8 @@ pub(crate) fn bytes(shape: Shape, dd: bool, what: What) -> ByteCount {
             } else {
                 ByteCount::f64s(&[b, c, c])
             };
-            rings(2)
+            // The forward's rings stay allocated next to the backward's two.
+            rings(if dd { 4 } else { 3 })
                 + ByteCount::f64s(&[2, b, t1, c])
                 + ByteCount::f64s(&[3, b, t, c])
                 + ByteCount::f64s(&[b, t])
@@ -243,9 +248,10 @@ struct Call<'g> {
     dd: bool,
     team: usize,
     threads: usize,
-    sc: CudaSlice<f64>,
-    bb: Option<CudaSlice<f64>>,
-    eb: Option<CudaSlice<f64>>,
+    /// Scores and boundaries in the caller's precision (`f32` stays `f32`).
+    sc: Input,
+    bb: Option<Input>,
+    eb: Option<Input>,
     tr: CudaSlice<f64>,
     dur: CudaSlice<f64>,
     st: CudaSlice<f64>,
@@ -316,8 +322,31 @@ fn linear_params(
     Some(v)
 }
 
-fn f64s<F: Scalar>(it: impl Iterator<Item = F>) -> Vec<f64> {
-    it.map(|x| x.as_f64()).collect()
+/// A `(B, T, C)` input on the device: `f32` input as it is (the kernels widen each value
+/// as they read it, exactly), anything else in `f64`.
+enum Input {
+    F32(CudaSlice<f32>),
+    F64(CudaSlice<f64>),
+}
+
+impl Input {
+    fn new<F: Scalar>(gpu: &Gpu, backend: &str, it: impl Iterator<Item = F>) -> Result<Input> {
+        let r = if F::BYTES == 4 {
+            let v: Vec<f32> = it.map(|x| x.as_f64() as f32).collect();
+            gpu.upload(&v).map(Input::F32)
+        } else {
+            let v: Vec<f64> = it.map(|x| x.as_f64()).collect();
+            gpu.upload(&v).map(Input::F64)
+        };
+        r.map_err(|e| driver(backend, e))
+    }
+
+    fn ptr(&self, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> u64 {
+        match self {
+            Input::F32(s) => s.device_ptr(stream).0,
+            Input::F64(s) => s.device_ptr(stream).0,
+        }
+    }
 }
 
 impl<'g> Call<'g> {
@@ -330,8 +359,7 @@ impl<'g> Call<'g> {
         let shape = p.shape();
         let (k, c) = (shape.max_duration, shape.labels);
         let dd = p.has_duration_dependent_transition();
-        let s = &gpu.stream;
-        let up = |v: &[f64]| s.clone_htod(v).map_err(|e| driver(backend, e));
+        let up = |v: &[f64]| gpu.upload(v).map_err(|e| driver(backend, e));
         let tr: Vec<f64> = if dd {
             let mut v = Vec::with_capacity(k * c * c);
             for d in 0..k {
@@ -369,20 +397,20 @@ impl<'g> Call<'g> {
             dd,
             team,
             threads,
-            sc: up(&f64s(p.scores().iter().copied()))?,
+            sc: Input::new(gpu, backend, p.scores().iter().copied())?,
             bb: match p.begin_boundary() {
-                Some(a) => Some(up(&f64s(a.iter().copied()))?),
+                Some(a) => Some(Input::new(gpu, backend, a.iter().copied())?),
                 None => None,
             },
             eb: match p.end_boundary() {
-                Some(a) => Some(up(&f64s(a.iter().copied()))?),
+                Some(a) => Some(Input::new(gpu, backend, a.iter().copied())?),
                 None => None,
             },
             tr: up(&tr)?,
             dur: up(&dur)?,
             st: up(&st)?,
             en: up(&en)?,
-            len: s.clone_htod(&len).map_err(|e| driver(backend, e))?,
+            len: gpu.upload(&len).map_err(|e| driver(backend, e))?,
         })
     }
 
@@ -391,10 +419,7 @@ impl<'g> Call<'g> {
     }
 
     fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
-        self.gpu
-            .stream
-            .alloc_zeros::<T>(n.max(1))
-            .map_err(|e| self.err(e))
+        self.gpu.zeros::<T>(n).map_err(|e| self.err(e))
     }
 
     fn ptr<T>(&self, s: &CudaSlice<T>) -> u64 {
@@ -413,9 +438,10 @@ impl<'g> Call<'g> {
     fn args(&self) -> Args {
         let sh = self.shape;
         Args {
-            sc: self.ptr(&self.sc),
-            bb: self.opt(&self.bb),
-            eb: self.opt(&self.eb),
+            sc: self.sc.ptr(&self.gpu.stream),
+            bb: self.bb.as_ref().map_or(0, |x| x.ptr(&self.gpu.stream)),
+            eb: self.eb.as_ref().map_or(0, |x| x.ptr(&self.gpu.stream)),
+            f32in: matches!(self.sc, Input::F32(_)) as i32,
             tr: self.ptr(&self.tr),
             dur: self.ptr(&self.dur),
             st: self.ptr(&self.st),
@@ -482,7 +508,7 @@ impl<'g> Call<'g> {
             return Ok(Seq { host, dev: None });
         }
         let v: Vec<i32> = host.iter().map(|&b| b as i32).collect();
-        let dev = self.gpu.stream.clone_htod(&v).map_err(|e| self.err(e))?;
+        let dev = self.gpu.upload(&v).map_err(|e| self.err(e))?;
         Ok(Seq {
             host,
             dev: Some(dev),
@@ -568,7 +594,9 @@ pub(crate) fn forward<F: Scalar>(
 ) -> Result<Vec<[f64; 2]>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
     let call = Call::new(gpu, backend, p, linear)?;
-    let out = call.back(&call.forward(ring, |_| {})?.out)?;
+    let fwd = call.forward(ring, |_| {})?;
+    gpu.mark();
+    let out = call.back(&fwd.out)?;
     Ok(out.chunks(2).map(|w| [w[0], w[1]]).collect())
 }
 
@@ -591,6 +619,7 @@ pub(crate) fn viterbi<F: Scalar>(
         a.bpi = call.ptr(&bpi);
         a.last = call.ptr(&last);
     })?;
+    gpu.mark();
     let (bpd, bpi, last) = (call.back(&bpd)?, call.back(&bpi)?, call.back(&last)?);
     let dd = call.dd;
     Ok((0..sh.batch)
@@ -661,14 +690,14 @@ pub(crate) fn backward<F: Scalar>(
     semicrf_core::check_feasible(&log_z(&call.back(&fwd.out)?))?;
     let ring = call.zeros::<f64>(bn * k * c)?;
     let ring2 = call.zeros::<f64>(bn * k * c)?;
-    let upd = call
-        .gpu
-        .stream
-        .clone_htod(upstream)
-        .map_err(|e| call.err(e))?;
+    let upd = call.gpu.upload(upstream).map_err(|e| call.err(e))?;
     let btc = bn * t * c;
     let gsc = call.zeros::<f64>(btc)?;
-    let gbb = call.zeros::<f64>(btc)?;
+    // Without a begin boundary its marginals are kept in `gsc` (the kernels' `bwd_tail`).
+    let gbb = match p.begin_boundary() {
+        Some(_) => Some(call.zeros::<f64>(btc)?),
+        None => None,
+    };
     let geb = call.zeros::<f64>(btc)?;
     let bmarg = call.zeros::<f64>(bn * t)?;
     let pdur = call.zeros::<f64>(bn * k * c)?;
@@ -685,7 +714,7 @@ pub(crate) fn backward<F: Scalar>(
     a.ex = call.ptr(&ex);
     a.zl = call.ptr(&zl);
     a.gsc = call.ptr(&gsc);
-    a.gbb = call.ptr(&gbb);
+    a.gbb = gbb.as_ref().map_or(a.gsc, |g| call.ptr(g));
     a.geb = call.ptr(&geb);
     a.bmarg = call.ptr(&bmarg);
     a.pdur = call.ptr(&pdur);
@@ -709,14 +738,11 @@ pub(crate) fn backward<F: Scalar>(
         a.flag = 0;
     }
     let log_z = log_z(&call.back(&fwd.out)?);
-    let lz = call
-        .gpu
-        .stream
-        .clone_htod(&log_z)
-        .map_err(|e| call.err(e))?;
+    let lz = call.gpu.upload(&log_z).map_err(|e| call.err(e))?;
     a.lz = call.ptr(&lz);
     let kernel = if dd { "bwd_dd_log" } else { "bwd_static_log" };
     call.launch_on(kernel, &a, Some(&call.seq(logd)?))?;
+    gpu.mark();
     let to3 = |v: Vec<f64>| {
         Array3::from_shape_vec((bn, t, c), v).map_err(|e| Error::Device {
             backend: backend.into(),
@@ -724,8 +750,8 @@ pub(crate) fn backward<F: Scalar>(
         })
     };
     let scores = to3(call.back(&gsc)?)?;
-    let bb = match p.begin_boundary() {
-        Some(_) => Some(to3(call.back(&gbb)?)?),
+    let bb = match &gbb {
+        Some(g) => Some(to3(call.back(g)?)?),
         None => None,
     };
     let eb = match p.end_boundary() {

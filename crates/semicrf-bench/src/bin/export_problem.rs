@@ -16,7 +16,11 @@
 //!   `repeats` forward (log) and forward+backward calls after one warm-up call, in ms, with
 //!   every run's time and the number of rayon threads. `--engine cuda` (feature `cuda`) runs
 //!   the CUDA streaming engine on device 0 instead and names the file `ours_cuda_{label}.json`;
-//!   its times are whole calls (inputs copied in, results copied out), as a caller sees them.
+//!   its times are whole calls (inputs copied in, results copied out), as a caller sees them,
+//!   and the file adds the device memory of one forward and one forward+backward call
+//!   (`*_peak_bytes`: bytes allocated; `*_driver_bytes`: the fall of free device memory;
+//!   `*_required_bytes`: `memory_required`). `--engine cuda-exact` runs the CUDA exact engine
+//!   (edge kernels, structured input materialised on the host) into `ours_cuda-exact_{label}.json`.
 
 use semicrf::{AnyEngine, Engine, EngineInfo, LogSemiring};
 use semicrf_bench::{SEED, canonical, median, ones, problem, shape_label, time_ms};
@@ -105,6 +109,14 @@ fn main() {
         "cuda" => AnyEngine::Cuda(
             semicrf_cuda::CudaEngine::usable_or_skip(0).expect("a usable GPU for --engine cuda"),
         ),
+        #[cfg(feature = "cuda")]
+        "cuda-exact" => {
+            semicrf_cuda::CudaEngine::usable_or_skip(0).expect("a usable GPU for --engine cuda");
+            AnyEngine::Cuda(semicrf_cuda::CudaEngine::new(
+                semicrf_core::Algorithm::Exact,
+                0,
+            ))
+        }
         other => panic!("unknown engine {other}"),
     };
     let p = Problem::Structured(owned.view().expect("valid"));
@@ -120,6 +132,7 @@ fn main() {
         fwd_ms = time_ms(repeats, || engine.forward::<LogSemiring>(&p));
         bwd_ms = time_ms(repeats, || engine.backward(&p, &up));
     }
+    let memory = device_memory(&engine, &p, &up);
     let grad_scores = bwd
         .grad
         .scores
@@ -147,11 +160,57 @@ fn main() {
         "backward_runs_ms": bwd_ms,
         "repeats": repeats,
     });
-    let opath = if engine_name == "cuda" {
-        format!("{out}/ours_cuda_{label}.json")
+    let mut ours = ours;
+    if let (Some(m), Some(o)) = (memory, ours.as_object_mut()) {
+        o.extend(m);
+    }
+    let opath = if engine_name.starts_with("cuda") {
+        format!("{out}/ours_{engine_name}_{label}.json")
     } else {
         format!("{out}/ours_{label}.json")
     };
     std::fs::write(&opath, serde_json::to_string(&ours).expect("json")).expect("writable");
     println!("{ppath}\n{opath}");
+}
+
+/// The device memory of one forward and one forward+backward call of a CUDA engine.
+#[cfg(feature = "cuda")]
+fn device_memory(
+    engine: &AnyEngine,
+    p: &Problem<'_, f32>,
+    up: &[f64],
+) -> Option<serde_json::Map<String, Value>> {
+    use semicrf_core::{Op, Query};
+    let AnyEngine::Cuda(e) = engine else {
+        return None;
+    };
+    fn ok<T>(name: &str, r: semicrf_core::Result<T>) -> T {
+        r.unwrap_or_else(|err| panic!("{name}: {err}"))
+    }
+    let name = e.name();
+    let (z, fwd) = ok(&name, e.measure_memory(|| e.forward::<LogSemiring>(p)));
+    let (g, bwd) = ok(&name, e.measure_memory(|| e.backward(p, up)));
+    ok(&name, z);
+    ok(&name, g);
+    let req = |op| ok(&name, e.memory_required(&Query::of(p, op)));
+    let mut m = serde_json::Map::new();
+    m.insert("forward_peak_bytes".into(), json!(fwd.allocated));
+    m.insert("forward_driver_bytes".into(), json!(fwd.driver));
+    m.insert(
+        "forward_required_bytes".into(),
+        json!(req(Op::forward::<LogSemiring>())),
+    );
+    m.insert("backward_peak_bytes".into(), json!(bwd.allocated));
+    m.insert("backward_driver_bytes".into(), json!(bwd.driver));
+    m.insert("backward_required_bytes".into(), json!(req(Op::Backward)));
+    Some(m)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn device_memory(
+    _: &AnyEngine,
+    _: &Problem<'_, f32>,
+    _: &[f64],
+) -> Option<serde_json::Map<String, Value>> {
+    None
 }
