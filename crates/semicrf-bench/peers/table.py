@@ -7,7 +7,8 @@ their log Z and position marginals are from ours.
 
 `--gpu` prints the GPU comparison of `run_gpu.sh` instead: ours on every CPU core, ours on the
 GPU and flash-semicrf's Triton kernels, with the ratios that matter (CPU / CUDA, flash / CUDA)
-and the peak GPU memory flash-semicrf allocated.
+and the peak GPU memory each allocated (ours: the bytes a forward+backward call allocates,
+`CudaEngine::measure_memory`; flash-semicrf: `torch.cuda.max_memory_allocated`).
 """
 
 import argparse
@@ -59,14 +60,18 @@ def gpu_table(d):
     print(
         "| shape | (B, T, K, C) | CPU fwd | CPU fwd+bwd | CUDA fwd | CUDA fwd+bwd "
         "| CPU / CUDA (fwd+bwd) | flash fwd | flash fwd+bwd | flash / CUDA (fwd+bwd) "
-        "| flash peak MB (fwd+bwd) | flash max rel ΔlogZ | flash max abs Δ marginals |"
+        "| CUDA MB (fwd+bwd) | flash MB (fwd+bwd) | flash max rel ΔlogZ | flash max abs Δ marginals |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for s in sorted(cuda, key=lambda s: int(s[1:])):
         c, g, f = cpu.get(s, {}), cuda[s], flash.get(s)
         ff, _ = cell(f, "forward_ms", g["forward_ms"])
         fb, fbr = cell(f, "backward_ms", g["backward_ms"])
-        peak = "—" if f is None or f.get("backward_peak_bytes") is None else f"{f['backward_peak_bytes'] / 1e6:,.0f}"
+        def mb(doc):
+            v = None if doc is None else doc.get("backward_peak_bytes")
+            return "—" if v is None else f"{v / 1e6:.3g}" if v < 1e7 else f"{v / 1e6:,.0f}"
+
+        peak = f"{mb(g)} | {mb(f)}"
 
         def err(key):
             return "—" if f is None or f.get(key) is None else f"{f[key]:.1e}"
