@@ -65,19 +65,35 @@ struct Call<'g> {
     team: usize,
     threads: usize,
     /// The edges, `(B, T, K, C, C)` in standard layout, as `f64`.
-    host: Vec<f64>,
     e: CudaSlice<f64>,
+    /// The entropy forward's items for first segments ([`virtual_start`]).
+    v0: Option<CudaSlice<f64>>,
     len: CudaSlice<i64>,
 }
 
 impl<'g> Call<'g> {
-    fn new<F: Scalar>(gpu: &'g Gpu, backend: &'g str, problem: &Problem<'_, F>) -> Result<Self> {
+    /// The edges of `problem` on the device, with the virtual start's items when `ring` is
+    /// the entropy semiring's.
+    fn new<F: Scalar>(
+        gpu: &'g Gpu,
+        backend: &'g str,
+        problem: &Problem<'_, F>,
+        ring: Ring,
+    ) -> Result<Self> {
         let shape = problem.shape();
         let host: Vec<f64> = match problem {
             Problem::Structured(p) => materialize(p).into_raw_vec_and_offset().0,
             Problem::Edges(e) => e.edges().iter().map(|x| x.as_f64()).collect(),
         };
         let e = gpu.upload(&host).map_err(|e| driver(backend, e))?;
+        let v0 = match ring {
+            Ring::Entropy => Some(
+                gpu.upload(&virtual_start(&host, shape))
+                    .map_err(|e| driver(backend, e))?,
+            ),
+            _ => None,
+        };
+        drop(host);
         let lengths: Vec<i64> = problem.lengths().iter().map(|&l| l as i64).collect();
         let len = gpu.upload(&lengths).map_err(|e| driver(backend, e))?;
         let (k, c) = (shape.max_duration, shape.labels);
@@ -88,8 +104,8 @@ impl<'g> Call<'g> {
             shape,
             team,
             threads,
-            host,
             e,
+            v0,
             len,
         })
     }
@@ -161,16 +177,11 @@ impl<'g> Call<'g> {
         } else {
             None
         };
-        let v0 = if ent {
-            Some(self.up(&virtual_start(&self.host, sh))?)
-        } else {
-            None
-        };
         let out = self.zeros::<f64>(2 * bn)?;
         let mut a = self.args();
         a.alpha = self.ptr(&alpha);
         a.alphah = alphah.as_ref().map_or(0, |s| self.ptr(s));
-        a.v0 = v0.as_ref().map_or(0, |s| self.ptr(s));
+        a.v0 = self.v0.as_ref().map_or(0, |s| self.ptr(s));
         a.bp = bp.map_or(0, |s| self.ptr(s));
         a.out = self.ptr(&out);
         let kernel = match ring {
@@ -216,7 +227,7 @@ pub(crate) fn forward<F: Scalar>(
     ring: Ring,
 ) -> Result<Vec<[f64; 2]>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, problem)?;
+    let call = Call::new(gpu, backend, problem, ring)?;
     let (out, _) = call.forward(ring, None)?;
     Ok(out.chunks(2).map(|w| [w[0], w[1]]).collect())
 }
@@ -229,7 +240,7 @@ pub(crate) fn viterbi<F: Scalar>(
     problem: &Problem<'_, F>,
 ) -> Result<Vec<Decoded>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, problem)?;
+    let call = Call::new(gpu, backend, problem, Ring::Max)?;
     let sh = call.shape;
     let (t, c) = (sh.len, sh.labels);
     let bp = call.zeros::<i32>(sh.batch * (t + 1) * c)?;
@@ -270,7 +281,7 @@ pub(crate) fn backward<F: Scalar>(
     upstream: &[f64],
 ) -> Result<Backward> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, problem)?;
+    let call = Call::new(gpu, backend, problem, Ring::Log)?;
     let sh = call.shape;
     let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
     let (out, table) = call.forward(Ring::Log, None)?;

@@ -84,7 +84,7 @@
 //! |---|---|---|
 //! | forward | `O(T·K·C²)` | edges in `f64` + `8·(T+1)·C` bytes per sequence (×2 for entropy) |
 //! | Viterbi | the forward | + `4·(T+1)·C` bytes of backpointers per sequence |
-//! | forward + backward | about 2× the forward | + `8·(T+1)·C` (β) + `8·T` bytes per sequence |
+//! | forward + backward | the forward, `β` at the same cost, one thread per edge | + `8·(T+1)·C` (β) + `8·T` bytes per sequence |
 //!
 #![deny(missing_docs)]
 
