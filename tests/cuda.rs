@@ -37,6 +37,7 @@ fn every_block_layout_matches_the_cpu_engine_in_the_log_domain() {
 
 fn layouts_match(cuda: &CudaEngine, name: &str) {
     let cuda = *cuda;
+    let reruns = CudaEngine::reruns();
     let cpu = StreamingEngine::new().parallelism(Parallelism::Rayon);
     let worst_z = Worst::new(format!("{name} vs cpu: log Z (relative)"));
     let worst_g = Worst::new(format!("{name} vs cpu: gradients (absolute)"));
@@ -128,6 +129,78 @@ fn layouts_match(cuda: &CudaEngine, name: &str) {
         }
     }
     assert_eq!(n, 60);
+    // Nothing here is beyond the linear domain: no sequence may have fallen back to the
+    // log-domain kernels (which would hide the linear kernels' own results).
+    assert_eq!(
+        CudaEngine::reruns(),
+        reruns,
+        "{name}: sequences rerun in the log domain"
+    );
+}
+
+/// Problems like the benchmarks' (scores, durations and transitions of a few nats, in f32 and
+/// f64, with and without boundaries, ragged lengths) are answered by the linear-domain kernels
+/// without a rerun, and match the CPU engine; a sequence with a score beyond their range is
+/// rerun, alone, and still matches.
+#[test]
+fn ordinary_problems_stay_in_the_linear_domain() {
+    let Some(cuda) = gpu() else { return };
+    let cpu = StreamingEngine::new().parallelism(Parallelism::Rayon);
+    for (i, (b, t, k, c)) in [
+        (32, 64, 7, 9),
+        (4, 700, 63, 8),
+        (1, 3000, 127, 4),
+        (3, 500, 100, 24),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for all in [false, true] {
+            let mut spec = GenSpec::new(b, t, k, c);
+            if all {
+                spec = spec.everything();
+            }
+            spec.scale = 3.0;
+            let owned = random_problem(40 + i as u64, &spec);
+            let before = CudaEngine::reruns();
+            let p32 = owned.cast::<f32>();
+            let p = Problem::Structured(p32.view().unwrap());
+            let g = upstream(i as u64, b);
+            let got = Engine::<f32>::backward(&cuda, &p, &g).unwrap();
+            let z = Engine::<f32>::forward::<LogSemiring>(&cuda, &p).unwrap();
+            let want = cpu.backward(&p, &g).unwrap();
+            let tag = format!("B={b} T={t} K={k} C={c} all={all}");
+            assert_eq!(
+                CudaEngine::reruns(),
+                before,
+                "{tag}: rerun in the log domain"
+            );
+            for x in 0..b {
+                assert!(
+                    Tolerance::F64_VALUES.ok(z[x], want.log_z[x]),
+                    "{tag}: log Z {x}"
+                );
+                assert!(
+                    Tolerance::F64_VALUES.ok(got.log_z[x], want.log_z[x]),
+                    "{tag}: {x}"
+                );
+            }
+            assert_gradients_close(&tag, &got.grad, &want.grad, Tolerance::F64_GRADS);
+        }
+    }
+    let mut owned = random_problem(3, &GenSpec::new(3, 200, 20, 5).everything());
+    owned.scores[[1, 50, 2]] = 60.0;
+    let p = Problem::Structured(owned.view().unwrap());
+    let before = CudaEngine::reruns();
+    let z = Engine::<f64>::forward::<LogSemiring>(&cuda, &p).unwrap();
+    assert_eq!(CudaEngine::reruns(), before + 1, "only sequence 1 is rerun");
+    let want = Reference.backward(&p, &[1.0; 3]).unwrap();
+    let got = Engine::<f64>::backward(&cuda, &p, &[1.0; 3]).unwrap();
+    assert_eq!(CudaEngine::reruns(), before + 2);
+    for x in 0..3 {
+        assert!(Tolerance::F64_VALUES.ok(z[x], want.log_z[x]), "log Z {x}");
+    }
+    assert_gradients_close("range", &got.grad, &want.grad, Tolerance::F64_GRADS);
 }
 
 /// Sequences the linear-domain kernels give up (a score beyond their range; values that

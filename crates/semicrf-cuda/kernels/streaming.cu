@@ -44,10 +44,6 @@ struct Args {
     double* pst;        // (B, C) start marginals
     double* pen;        // (B, C) end marginals
     const int* seq;     // (grid) the sequence of each block, or null (block b runs sequence b)
-    int* flag;          // (B) why the linear-domain kernels gave a sequence up (0: they did not)
-    i64* ex;            // (B, T+1) power-of-two exponents of the linear forward's saved tables
-    double* zl;         // (B) the linear forward's Z, relative to 2^ex[b, L]
-    const double* lin;  // prepared linear-domain parameters (linear.cu)
     i64 T, K, C;
     int team;
     int ch;         // positions staged in shared memory at a time

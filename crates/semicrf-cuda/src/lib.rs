@@ -90,6 +90,7 @@
 
 mod device;
 mod edge;
+mod meet;
 mod streaming;
 
 use semicrf_core::{
@@ -176,6 +177,13 @@ impl CudaEngine {
             .mem_get_info()
             .map_err(|e| device::driver(&self.backend(), e))?;
         Ok((free as u64, total as u64))
+    }
+
+    /// How many sequences the linear-domain kernels gave up and the log-domain kernels
+    /// reran (see the crate docs), in calls made on the calling thread since it started.
+    /// Ordinary problems have none; a test can compare the count before and after a call.
+    pub fn reruns() -> u64 {
+        streaming::reruns()
     }
 
     /// The CUDA device ordinal.
@@ -286,7 +294,10 @@ impl EngineInfo for CudaEngine {
         let bytes = if self.edge_form() {
             edge::bytes(query.shape, what)
         } else {
-            streaming::bytes(query.shape, dd, what, query.dtype_bytes as usize)
+            // Where the kernels keep their rings depends on the device's shared memory.
+            let smem = self.gpu().map_or(48 * 1024, |g| g.smem_limit);
+            let dtype = query.dtype_bytes as usize;
+            streaming::bytes(query.shape, dd, what, dtype, smem, self.linear)
         };
         bytes.finish(&self.backend(), query.shape)
     }

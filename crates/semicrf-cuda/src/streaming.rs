@@ -10,6 +10,7 @@ use semicrf_core::{
 };
 
 use crate::device::{Gpu, driver};
+use crate::meet;
 
 /// The kernels' argument block (`struct Args` of `kernels/streaming.cu`, field for field).
 #[repr(C)]
@@ -44,10 +45,6 @@ struct Args {
     pst: u64,
     pen: u64,
     seq: u64,
-    flag: u64,
-    ex: u64,
-    zl: u64,
-    lin: u64,
     t: i64,
     k: i64,
     c: i64,
@@ -123,12 +120,7 @@ pub(crate) struct Smem {
 /// `K`, `C`.
 fn parts(kernel: &str, k: usize, c: usize) -> (usize, usize, usize, usize) {
     let kc = k * c;
-    // The linear-domain kernels' header: five per-label rows (two double-buffered, λ), the
-    // flag and 32 exponents; the backward stages one more row of α.
-    let lin = 5 * c + 34;
     match kernel {
-        "fwd_lin_log" => (lin, 3, kc, 0),
-        "bwd_lin_log" => (lin + c, 5, kc, kc + c * c),
         "fwd_static_ent" => (2 * c, 3, 2 * kc, 0),
         "fwd_dd_ent" => (2 * c, 3, 3 * kc, 0),
         "bwd_static_log" => (2 * c, 5, kc, kc + c * c),
@@ -166,22 +158,19 @@ pub(crate) fn smem(kernel: &str, k: usize, c: usize, limit: usize) -> Smem {
     }
 }
 
-/// The kernel that runs `kernel` with layout `m`: the linear-domain kernels come in one
-/// variant per placement of the ring (`_r`: shared memory) and of the backward's accumulators
-/// (`_a`), so that they address shared memory directly.
-pub(crate) fn placed(kernel: &str, m: Smem) -> String {
-    let suffix = match (kernel, m.ring, m.acc) {
-        ("fwd_lin_log", true, _) | ("bwd_lin_log", true, false) => "_r",
-        ("bwd_lin_log", false, true) => "_a",
-        ("bwd_lin_log", true, true) => "_ra",
-        _ => "",
-    };
-    format!("{kernel}{suffix}")
-}
-
 /// Device bytes a call allocates for `shape` and inputs of `dtype_bytes` (scores and both
-/// boundaries counted, and the begin boundary's gradient, so an upper bound).
-pub(crate) fn bytes(shape: Shape, dd: bool, what: What, dtype_bytes: usize) -> ByteCount {
+/// boundaries counted, and the begin boundary's gradient, so an upper bound). `smem_limit`
+/// (bytes of shared memory a block may use) decides where the kernels of `kernels/meet.cu`
+/// keep their rings and accumulators. A call that may run them counts their buffers and
+/// those of the log-domain rerun of every sequence they could give up.
+pub(crate) fn bytes(
+    shape: Shape,
+    dd: bool,
+    what: What,
+    dtype_bytes: usize,
+    smem_limit: usize,
+    meet: bool,
+) -> ByteCount {
     let (b, t, k, c) = (shape.batch, shape.len, shape.max_duration, shape.labels);
     let tr = if dd {
         ByteCount::f64s(&[k, c, c])
@@ -193,29 +182,39 @@ pub(crate) fn bytes(shape: Shape, dd: bool, what: What, dtype_bytes: usize) -> B
         + tr
         + ByteCount::f64s(&[k, c])
         + ByteCount::f64s(&[2, c])
-        + ByteCount::f64s(&[b]);
+        + ByteCount::bytes(&[8, b]);
     let rings = |w: usize| ByteCount::f64s(&[w, b, k, c]);
     let t1 = t.saturating_add(1);
-    // The linear-domain path: prepared parameters, 4-byte flags and sequence lists (a flag
-    // and a list in a forward; two flags and four lists in a backward), the backward's
-    // exponents and Z.
-    let linear = ByteCount::f64s(&[k, c])
-        + ByteCount::f64s(&[2, c, c])
-        + ByteCount::f64s(&[5, c])
-        + match what {
-            What::Backward => {
-                ByteCount::bytes(&[24, b]) + ByteCount::bytes(&[8, b, t1]) + ByteCount::f64s(&[b])
-            }
-            _ => ByteCount::bytes(&[8, b]),
-        };
-    let fwd = ByteCount::f64s(&[2, b]) + linear;
+    let lists = ByteCount::bytes(&[4, b]);
+    let meet = meet && !dd && meet::plan(k, c).is_some();
     let work = match what {
-        What::Forward(Ring::Entropy) => rings(if dd { 4 } else { 2 }),
-        What::Forward(_) => rings(if dd { 2 } else { 1 }),
+        What::Forward(Ring::Entropy) => rings(if dd { 4 } else { 2 }) + ByteCount::f64s(&[2, b]),
+        What::Forward(_) if meet => {
+            let lay = meet::layout(k, c, smem_limit, false);
+            meet::bytes(shape, false, lay, true) + rings(1) + lists
+        }
+        What::Forward(_) => rings(if dd { 2 } else { 1 }) + ByteCount::f64s(&[2, b]),
         What::Viterbi => {
             rings(if dd { 2 } else { 1 })
+                + ByteCount::f64s(&[2, b])
                 + ByteCount::bytes(&[8, b, t1, c])
                 + ByteCount::f64s(&[b, c])
+        }
+        What::Backward if meet => {
+            let la = meet::layout(k, c, smem_limit, false);
+            let lb = meet::layout(k, c, smem_limit, true);
+            let lay = meet::Layout {
+                ring: la.ring && lb.ring,
+                ..lb
+            };
+            // The rerun reuses the saved rows (more than (B, T+1, C) each) and the outputs;
+            // it needs log Z, three rings and its own duration and transition marginals.
+            meet::bytes(shape, true, lay, true)
+                + ByteCount::f64s(&[b])
+                + rings(4)
+                + ByteCount::f64s(&[b, c, c])
+                + lists
+                + lists
         }
         What::Backward => {
             let ptr = if dd {
@@ -225,6 +224,7 @@ pub(crate) fn bytes(shape: Shape, dd: bool, what: What, dtype_bytes: usize) -> B
             };
             // The forward's rings stay allocated next to the backward's two.
             rings(if dd { 4 } else { 3 })
+                + ByteCount::f64s(&[2, b])
                 + ByteCount::f64s(&[2, b, t1, c])
                 + ByteCount::f64s(&[3, b, t, c])
                 + ByteCount::f64s(&[b, t])
@@ -234,7 +234,7 @@ pub(crate) fn bytes(shape: Shape, dd: bool, what: What, dtype_bytes: usize) -> B
                 + ByteCount::f64s(&[2, b])
         }
     };
-    inputs + fwd + work
+    inputs + work
 }
 
 /// What a call computes (for its memory).
@@ -246,90 +246,32 @@ pub(crate) enum What {
 }
 
 /// One call's buffers on the device.
-struct Call<'g> {
-    gpu: &'g Gpu,
-    backend: &'g str,
-    shape: Shape,
+pub(crate) struct Call<'g> {
+    pub(crate) gpu: &'g Gpu,
+    pub(crate) backend: &'g str,
+    pub(crate) shape: Shape,
     dd: bool,
     team: usize,
     threads: usize,
     /// Scores and boundaries in the caller's precision (`f32` stays `f32`).
-    sc: Input,
-    bb: Option<Input>,
-    eb: Option<Input>,
+    pub(crate) sc: Input,
+    pub(crate) bb: Option<Input>,
+    pub(crate) eb: Option<Input>,
     tr: CudaSlice<f64>,
     dur: CudaSlice<f64>,
     st: CudaSlice<f64>,
     en: CudaSlice<f64>,
-    len: CudaSlice<i64>,
-    /// The prepared linear-domain parameters (`Lin` of `kernels/linear.cu`), when the log
-    /// semiring's kernels may run in the linear domain.
-    lin: Option<CudaSlice<f64>>,
-}
-
-/// The largest magnitude of a finite parameter the linear-domain kernels take (nats; the
-/// kernels check scores and boundaries against the same `LIN_RANGE`).
-const LIN_RANGE: f64 = 50.0;
-
-/// The linear-domain parameters of a static transition `tr` (C, C) and durations `dur`
-/// (K, C): `Wl`, `Tl`, `Tr`, `Md`, `Mt`, `Mr` as `kernels/linear.cu` describes them, or
-/// `None` when a finite parameter is beyond [`LIN_RANGE`].
-fn linear_params(
-    tr: &[f64],
-    dur: &[f64],
-    st: &[f64],
-    en: &[f64],
-    k: usize,
-    c: usize,
-) -> Option<Vec<f64>> {
-    let all = tr.iter().chain(dur).chain(st).chain(en);
-    if all
-        .clone()
-        .any(|&x| x != f64::NEG_INFINITY && x.abs() > LIN_RANGE)
-    {
-        return None;
-    }
-    // A maximum over -inf only is taken as 0: every weight is then -inf (-0.0).
-    let max = |it: &mut dyn Iterator<Item = f64>| {
-        let m = it.fold(f64::NEG_INFINITY, f64::max);
-        if m == f64::NEG_INFINITY { 0.0 } else { m }
-    };
-    let rel = |x: f64, m: f64| {
-        if x == f64::NEG_INFINITY {
-            -0.0
-        } else {
-            (x - m).exp()
-        }
-    };
-    let md: Vec<f64> = (0..c)
-        .map(|j| max(&mut (0..k).map(|d| dur[d * c + j])))
-        .collect();
-    let mt: Vec<f64> = (0..c)
-        .map(|j| max(&mut (0..c).map(|i| tr[i * c + j])))
-        .collect();
-    let mr: Vec<f64> = (0..c)
-        .map(|i| max(&mut (0..c).map(|j| tr[i * c + j])))
-        .collect();
-    let mut v = Vec::with_capacity(k * c + 2 * c * c + 5 * c);
-    // Label-major: Wl[j·K + d-1].
-    v.extend((0..k * c).map(|x| rel(dur[(x % k) * c + x / k], md[x / k])));
-    v.extend((0..c * c).map(|x| rel(tr[x], mt[x % c])));
-    v.extend((0..c * c).map(|x| rel(tr[x], mr[x / c])));
-    let (emt, emr): (Vec<f64>, Vec<f64>) = (
-        mt.iter().map(|x| x.exp()).collect(),
-        mr.iter().map(|x| x.exp()).collect(),
-    );
-    v.extend(md);
-    v.extend(mt);
-    v.extend(mr);
-    v.extend(emt);
-    v.extend(emr);
-    Some(v)
+    pub(crate) len: CudaSlice<i64>,
+    /// The prepared parameters of `kernels/meet.cu` (`meet::params`), when the log
+    /// semiring's static forward and backward may run there.
+    par: Option<CudaSlice<f64>>,
+    /// Their lanes per team and threads per block.
+    pub(crate) meet_plan: Option<(usize, usize)>,
 }
 
 /// A `(B, T, C)` input on the device: `f32` input as it is (the kernels widen each value
 /// as they read it, exactly), anything else in `f64`.
-enum Input {
+pub(crate) enum Input {
     F32(CudaSlice<f32>),
     F64(CudaSlice<f64>),
 }
@@ -346,7 +288,7 @@ impl Input {
         r.map_err(|e| driver(backend, e))
     }
 
-    fn ptr(&self, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> u64 {
+    pub(crate) fn ptr(&self, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> u64 {
         match self {
             Input::F32(s) => s.device_ptr(stream).0,
             Input::F64(s) => s.device_ptr(stream).0,
@@ -359,7 +301,7 @@ impl<'g> Call<'g> {
         gpu: &'g Gpu,
         backend: &'g str,
         p: &Potentials<'_, F>,
-        linear: bool,
+        meet: bool,
     ) -> Result<Self> {
         let shape = p.shape();
         let (k, c) = (shape.max_duration, shape.labels);
@@ -387,15 +329,14 @@ impl<'g> Call<'g> {
         let en: Vec<f64> = (0..c).map(|j| p.end_at(j)).collect();
         let len: Vec<i64> = p.lengths().iter().map(|&l| l as i64).collect();
         let (team, threads) = plan(k, c);
-        let lin = match linear && !dd {
-            true => match linear_params(&tr, &dur, &st, &en, k, c) {
-                Some(v) => Some(up(&v)?),
-                None => None,
-            },
-            false => None,
+        let meet_plan = meet::plan(k, c).filter(|_| meet && !dd);
+        let par = match meet_plan.and_then(|_| meet::params(&tr, &dur, &st, &en, k, c)) {
+            Some(v) => Some(up(&v)?),
+            None => None,
         };
         Ok(Call {
-            lin,
+            meet_plan: par.as_ref().and(meet_plan),
+            par,
             gpu,
             backend,
             shape,
@@ -419,24 +360,29 @@ impl<'g> Call<'g> {
         })
     }
 
-    fn err(&self, e: cudarc::driver::DriverError) -> Error {
+    pub(crate) fn err(&self, e: cudarc::driver::DriverError) -> Error {
         driver(self.backend, e)
     }
 
-    fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
+    pub(crate) fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
         self.gpu.zeros::<T>(n).map_err(|e| self.err(e))
     }
 
-    fn ptr<T>(&self, s: &CudaSlice<T>) -> u64 {
+    pub(crate) fn ptr<T>(&self, s: &CudaSlice<T>) -> u64 {
         s.device_ptr(&self.gpu.stream).0
     }
 
-    fn opt<T>(&self, s: &Option<CudaSlice<T>>) -> u64 {
+    pub(crate) fn opt<T>(&self, s: &Option<CudaSlice<T>>) -> u64 {
         s.as_ref().map_or(0, |s| self.ptr(s))
     }
 
-    fn back<T: DeviceRepr>(&self, s: &CudaSlice<T>) -> Result<Vec<T>> {
+    pub(crate) fn back<T: DeviceRepr>(&self, s: &CudaSlice<T>) -> Result<Vec<T>> {
         self.gpu.stream.clone_dtoh(s).map_err(|e| self.err(e))
+    }
+
+    /// Whether the scores and boundaries are stored as `f32`.
+    pub(crate) fn f32in(&self) -> bool {
+        matches!(self.sc, Input::F32(_))
     }
 
     /// The argument block with the inputs filled in.
@@ -446,13 +392,12 @@ impl<'g> Call<'g> {
             sc: self.sc.ptr(&self.gpu.stream),
             bb: self.bb.as_ref().map_or(0, |x| x.ptr(&self.gpu.stream)),
             eb: self.eb.as_ref().map_or(0, |x| x.ptr(&self.gpu.stream)),
-            f32in: matches!(self.sc, Input::F32(_)) as i32,
+            f32in: self.f32in() as i32,
             tr: self.ptr(&self.tr),
             dur: self.ptr(&self.dur),
             st: self.ptr(&self.st),
             en: self.ptr(&self.en),
             len: self.ptr(&self.len),
-            lin: self.opt(&self.lin),
             t: sh.len as i64,
             k: sh.max_duration as i64,
             c: sh.labels as i64,
@@ -469,7 +414,7 @@ impl<'g> Call<'g> {
     fn launch_on(&self, kernel: &str, args: &Args, seq: Option<&Seq>) -> Result<()> {
         let sh = self.shape;
         let m = smem(kernel, sh.max_duration, sh.labels, self.gpu.smem_limit);
-        let f = self.gpu.function(&placed(kernel, m));
+        let f = self.gpu.function(kernel);
         if m.bytes > self.gpu.smem_limit {
             return Err(Error::Unsupported {
                 backend: self.backend.into(),
@@ -520,10 +465,16 @@ impl<'g> Call<'g> {
         })
     }
 
-    /// Runs a forward kernel. `extra` fills the optional outputs (saved tables,
-    /// backpointers). The log semiring's static form runs in the linear domain where it can,
-    /// then in the log domain for the sequences it gave up.
-    fn forward(&self, ring: Ring, extra: impl Fn(&mut Args)) -> Result<Fwd> {
+    /// Runs a log-domain forward kernel on the sequences of `seq` (all of them for `None`).
+    /// `extra` fills the optional outputs (saved tables, backpointers); `out` is the result
+    /// buffer, allocated when `None`.
+    fn forward(
+        &self,
+        ring: Ring,
+        seq: Option<&Seq>,
+        out: Option<&CudaSlice<f64>>,
+        extra: impl Fn(&mut Args),
+    ) -> Result<Fwd> {
         let sh = self.shape;
         let n = sh.batch * sh.max_duration * sh.labels;
         let ent = ring == Ring::Entropy;
@@ -538,33 +489,22 @@ impl<'g> Call<'g> {
         let r1h = opt(ent)?;
         let r2 = opt(self.dd)?;
         let r2h = opt(self.dd && ent)?;
-        let out = self.zeros::<f64>(2 * sh.batch)?;
+        let own = match out {
+            Some(_) => None,
+            None => Some(self.zeros::<f64>(2 * sh.batch)?),
+        };
         let mut a = self.args();
         a.ring = self.ptr(&r1);
         a.ringh = self.opt(&r1h);
         a.ring2 = self.opt(&r2);
         a.ring2h = self.opt(&r2h);
-        a.out = self.ptr(&out);
+        a.out = self.ptr(out.or(own.as_ref()).expect("an output buffer"));
         extra(&mut a);
         let form = if self.dd { "dd" } else { "static" };
         let kernel = format!("fwd_{form}_{}", ring.suffix());
-        let mut logd: Vec<usize> = (0..sh.batch).collect();
-        if ring == Ring::Log && self.lin.is_some() {
-            let flag = self.zeros::<i32>(sh.batch)?;
-            let mut al = a;
-            al.flag = self.ptr(&flag);
-            self.launch("fwd_lin_log", &al)?;
-            let flags = self.back(&flag)?;
-            logd.retain(|&b| flags[b] != 0);
-            self.launch_on(&kernel, &a, Some(&self.seq(logd.clone())?))?;
-        } else {
-            self.launch(&kernel, &a)?;
-        }
+        self.launch_on(&kernel, &a, seq)?;
         Ok(Fwd {
-            out,
-            args: a,
-            kernel,
-            logd,
+            out: own,
             _rings: [Some(r1), r1h, r2, r2h],
         })
     }
@@ -577,31 +517,59 @@ struct Seq {
     dev: Option<CudaSlice<i32>>,
 }
 
-/// A forward pass's results and what a rerun needs.
+/// A log-domain forward pass's own result buffer (`(x, h)` per sequence) and its rings.
 struct Fwd {
-    /// `(x, h)` per sequence.
-    out: CudaSlice<f64>,
-    args: Args,
-    /// The log-domain kernel.
-    kernel: String,
-    /// The sequences the log-domain kernel ran (every one but those of the linear domain).
-    logd: Vec<usize>,
+    out: Option<CudaSlice<f64>>,
     _rings: [Option<CudaSlice<f64>>; 4],
 }
 
-/// A forward pass: `(log-weight, entropy)` per sequence.
+thread_local! {
+    static RERUNS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Sequences the kernels of `kernels/meet.cu` gave up and the log-domain kernels reran, on
+/// the calling thread, since it started ([`crate::CudaEngine::reruns`]).
+pub(crate) fn reruns() -> u64 {
+    RERUNS.with(|r| r.get())
+}
+
+/// The sequences whose flag is set.
+fn given_up(flags: &[i32]) -> Vec<usize> {
+    let v: Vec<usize> = (0..flags.len()).filter(|&b| flags[b] != 0).collect();
+    RERUNS.with(|r| r.set(r.get() + v.len() as u64));
+    v
+}
+
+/// A forward pass: `(log-weight, entropy)` per sequence. The log semiring's static form runs
+/// in `kernels/meet.cu` where it can (`meet`), and the sequences it gives up again in the
+/// log domain.
 pub(crate) fn forward<F: Scalar>(
     gpu: &Gpu,
     backend: &str,
     p: &Potentials<'_, F>,
     ring: Ring,
-    linear: bool,
+    meet: bool,
 ) -> Result<Vec<[f64; 2]>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, p, linear)?;
-    let fwd = call.forward(ring, |_| {})?;
-    gpu.mark();
-    let out = call.back(&fwd.out)?;
+    let call = Call::new(gpu, backend, p, meet && ring == Ring::Log)?;
+    let out = match &call.par {
+        Some(par) => {
+            let (bufs, flags) = call.meet_forward(par)?;
+            let redo = given_up(&flags);
+            let _rerun = if redo.is_empty() {
+                None
+            } else {
+                Some(call.forward(Ring::Log, Some(&call.seq(redo)?), Some(&bufs.out), |_| {})?)
+            };
+            gpu.mark();
+            call.back(&bufs.out)?
+        }
+        None => {
+            let fwd = call.forward(ring, None, None, |_| {})?;
+            gpu.mark();
+            call.back(fwd.out.as_ref().expect("its own output"))?
+        }
+    };
     Ok(out.chunks(2).map(|w| [w[0], w[1]]).collect())
 }
 
@@ -619,7 +587,7 @@ pub(crate) fn viterbi<F: Scalar>(
     let bpd = call.zeros::<i32>(n)?;
     let bpi = call.zeros::<i32>(n)?;
     let last = call.zeros::<f64>(sh.batch * c)?;
-    call.forward(Ring::Max, |a| {
+    call.forward(Ring::Max, None, None, |a| {
         a.bpd = call.ptr(&bpd);
         a.bpi = call.ptr(&bpi);
         a.last = call.ptr(&last);
@@ -662,16 +630,20 @@ pub(crate) fn viterbi<F: Scalar>(
         .collect())
 }
 
-/// Forward and backward: log Z, gradients scaled by `upstream`, boundary marginals.
+/// Forward and backward: log Z, gradients scaled by `upstream`, boundary marginals. The
+/// static form runs in `kernels/meet.cu` where it can (`meet`).
 pub(crate) fn backward<F: Scalar>(
     gpu: &Gpu,
     backend: &str,
     p: &Potentials<'_, F>,
     upstream: &[f64],
-    linear: bool,
+    meet: bool,
 ) -> Result<Backward> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, p, linear)?;
+    let call = Call::new(gpu, backend, p, meet)?;
+    if let Some(par) = &call.par {
+        return meet_backward(&call, par, p, upstream);
+    }
     let sh = p.shape();
     let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
     let dd = call.dd;
@@ -682,127 +654,237 @@ pub(crate) fn backward<F: Scalar>(
     } else {
         Some(call.zeros::<f64>(saved)?)
     };
-    let lin = call.lin.is_some();
-    let ex = call.zeros::<i64>(if lin { bn * (t + 1) } else { 1 })?;
-    let zl = call.zeros::<f64>(bn)?;
-    let fwd = call.forward(Ring::Log, |a| {
+    let fwd = call.forward(Ring::Log, None, None, |a| {
         a.alpha = call.ptr(&alpha);
         a.u = call.opt(&u);
-        a.ex = call.ptr(&ex);
-        a.zl = call.ptr(&zl);
     })?;
-    let log_z = |out: &[f64]| -> Vec<f64> { out.chunks(2).map(|w| w[0]).collect() };
-    semicrf_core::check_feasible(&log_z(&call.back(&fwd.out)?))?;
-    let ring = call.zeros::<f64>(bn * k * c)?;
-    let ring2 = call.zeros::<f64>(bn * k * c)?;
-    let upd = call.gpu.upload(upstream).map_err(|e| call.err(e))?;
-    let btc = bn * t * c;
-    let gsc = call.zeros::<f64>(btc)?;
-    // Without a begin boundary its marginals are kept in `gsc` (the kernels' `bwd_tail`).
-    let gbb = match p.begin_boundary() {
-        Some(_) => Some(call.zeros::<f64>(btc)?),
-        None => None,
-    };
-    let geb = call.zeros::<f64>(btc)?;
-    let bmarg = call.zeros::<f64>(bn * t)?;
-    let pdur = call.zeros::<f64>(bn * k * c)?;
-    let ntr = if dd { k * c * c } else { c * c };
-    let ptr = call.zeros::<f64>(bn * ntr)?;
-    let pst = call.zeros::<f64>(bn * c)?;
-    let pen = call.zeros::<f64>(bn * c)?;
+    let out = fwd.out.as_ref().expect("its own output");
+    let log_z: Vec<f64> = call.back(out)?.chunks(2).map(|w| w[0]).collect();
+    semicrf_core::check_feasible(&log_z)?;
+    let o = Outs::new(&call, p.begin_boundary().is_some(), true)?;
     let mut a = call.args();
-    a.up = call.ptr(&upd);
-    a.ring = call.ptr(&ring);
-    a.ring2 = call.ptr(&ring2);
-    a.alpha = call.ptr(&alpha);
-    a.u = call.opt(&u);
-    a.ex = call.ptr(&ex);
-    a.zl = call.ptr(&zl);
-    a.gsc = call.ptr(&gsc);
-    a.gbb = gbb.as_ref().map_or(a.gsc, |g| call.ptr(g));
-    a.geb = call.ptr(&geb);
-    a.bmarg = call.ptr(&bmarg);
-    a.pdur = call.ptr(&pdur);
-    a.ptr = call.ptr(&ptr);
-    a.pst = call.ptr(&pst);
-    a.pen = call.ptr(&pen);
-    // The sequences the log-domain backward runs: those its forward ran, and those the
-    // linear-domain backward gives up (their forward is rerun in the log domain first).
-    let mut logd = fwd.logd.clone();
-    if lin {
-        let mut linear: Vec<usize> = (0..bn).collect();
-        linear.retain(|b| logd.binary_search(b).is_err());
-        let flag = call.zeros::<i32>(bn)?;
-        a.flag = call.ptr(&flag);
-        call.launch_on("bwd_lin_log", &a, Some(&call.seq(linear.clone())?))?;
-        let flags = call.back(&flag)?;
-        linear.retain(|&b| flags[b] != 0);
-        call.launch_on(&fwd.kernel, &fwd.args, Some(&call.seq(linear.clone())?))?;
-        logd.extend(linear);
-        logd.sort_unstable();
-        a.flag = 0;
-    }
-    let log_z = log_z(&call.back(&fwd.out)?);
-    let lz = call.gpu.upload(&log_z).map_err(|e| call.err(e))?;
-    a.lz = call.ptr(&lz);
+    let _bufs = o.fill(&call, &mut a, upstream, &log_z, &alpha, u.as_ref())?;
     let kernel = if dd { "bwd_dd_log" } else { "bwd_static_log" };
-    call.launch_on(kernel, &a, Some(&call.seq(logd)?))?;
+    call.launch(kernel, &a)?;
     gpu.mark();
-    let to3 = |v: Vec<f64>| {
-        Array3::from_shape_vec((bn, t, c), v).map_err(|e| Error::Device {
-            backend: backend.into(),
-            message: e.to_string(),
-        })
-    };
-    let scores = to3(call.back(&gsc)?)?;
-    let bb = match &gbb {
-        Some(g) => Some(to3(call.back(g)?)?),
-        None => None,
-    };
-    let eb = match p.end_boundary() {
-        Some(_) => Some(to3(call.back(&geb)?)?),
-        None => None,
-    };
-    let bm = Array2::from_shape_vec((bn, t), call.back(&bmarg)?).map_err(|e| Error::Device {
-        backend: backend.into(),
-        message: e.to_string(),
-    })?;
-    // Shared parameters: Σ_b g_b · (per-sequence marginals), in ascending b.
-    let sum = |v: Vec<f64>, n: usize| {
-        let mut acc = vec![0.0; n];
-        for (b, chunk) in v.chunks(n.max(1)).enumerate().take(bn) {
-            for (x, &y) in acc.iter_mut().zip(chunk) {
+    let ntr = if dd { k * c * c } else { c * c };
+    let sum = |v: Vec<f64>, n: usize| weighted(upstream, bn, &v, n, |_| false, &[]);
+    let tr = sum(call.back(&o.ptr)?, ntr);
+    let dur = sum(call.back(&o.pdur)?, k * c);
+    o.finish(&call, p, log_z, tr, dur, upstream)
+}
+
+/// Σ_b g_b · (per-sequence marginals `v`, `n` each), in ascending b; the sequences for which
+/// `two` holds have two rows (the two sweeps of `kernels/meet.cu`, added first) in `two_v`
+/// at their `2·b` and `2·b + 1`, the others one row in `v`.
+fn weighted(
+    upstream: &[f64],
+    bn: usize,
+    v: &[f64],
+    n: usize,
+    two: impl Fn(usize) -> bool,
+    two_v: &[f64],
+) -> Vec<f64> {
+    let mut acc = vec![0.0; n];
+    for b in 0..bn {
+        if two(b) {
+            let (f, r) = (
+                &two_v[2 * b * n..(2 * b + 1) * n],
+                &two_v[(2 * b + 1) * n..(2 * b + 2) * n],
+            );
+            for ((x, &y), &z) in acc.iter_mut().zip(f).zip(r) {
+                *x += upstream[b] * (y + z);
+            }
+        } else {
+            for (x, &y) in acc.iter_mut().zip(&v[b * n..(b + 1) * n]) {
                 *x += upstream[b] * y;
             }
         }
-        acc
-    };
-    let tr = sum(call.back(&ptr)?, ntr);
-    let dur = sum(call.back(&pdur)?, k * c);
-    let start = sum(call.back(&pst)?, c);
-    let end = sum(call.back(&pen)?, c);
-    let transition = if dd {
-        ArrayD::from_shape_vec(IxDyn(&[k, c, c]), tr)
-    } else {
-        ArrayD::from_shape_vec(IxDyn(&[c, c]), tr)
     }
-    .map_err(|e| Error::Device {
-        backend: backend.into(),
-        message: e.to_string(),
-    })?;
-    let duration = Array2::from_shape_fn((k, c), |(d, j)| dur[d * c + j]);
-    Ok(Backward {
-        log_z,
-        grad: Gradients {
-            scores: Some(scores),
-            transition: Some(transition),
-            duration: Some(duration),
-            start: Some(Array1::from(start)),
-            end: Some(Array1::from(end)),
-            begin_boundary: bb,
-            end_boundary: eb,
-            edges: None,
+    acc
+}
+
+/// The log-domain backward's outputs: position, begin and end marginals, boundary
+/// marginals, per-sequence duration, transition, start and end marginals.
+struct Outs {
+    gsc: CudaSlice<f64>,
+    /// `None`: begin marginals are kept in `gsc` (the kernels' `bwd_tail`).
+    gbb: Option<CudaSlice<f64>>,
+    geb: CudaSlice<f64>,
+    bmarg: CudaSlice<f64>,
+    pdur: CudaSlice<f64>,
+    ptr: CudaSlice<f64>,
+    pst: CudaSlice<f64>,
+    pen: CudaSlice<f64>,
+}
+
+impl Outs {
+    fn new(call: &Call<'_>, gbb: bool, all: bool) -> Result<Outs> {
+        let sh = call.shape;
+        let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
+        let btc = bn * t * c;
+        let ntr = if call.dd { k * c * c } else { c * c };
+        let z = |n: usize| call.zeros::<f64>(if all { n } else { 1 });
+        Ok(Outs {
+            gsc: z(btc)?,
+            gbb: if gbb { Some(z(btc)?) } else { None },
+            geb: z(btc)?,
+            bmarg: z(bn * t)?,
+            pdur: call.zeros::<f64>(bn * k * c)?,
+            ptr: call.zeros::<f64>(bn * ntr)?,
+            pst: z(bn * c)?,
+            pen: z(bn * c)?,
+        })
+    }
+
+    /// Fills the backward's arguments (the rings and `log_z` on the device are returned to
+    /// be kept alive until the launch is done).
+    fn fill(
+        &self,
+        call: &Call<'_>,
+        a: &mut Args,
+        upstream: &[f64],
+        log_z: &[f64],
+        alpha: &CudaSlice<f64>,
+        u: Option<&CudaSlice<f64>>,
+    ) -> Result<[CudaSlice<f64>; 4]> {
+        let sh = call.shape;
+        let n = sh.batch * sh.max_duration * sh.labels;
+        let ring = call.zeros::<f64>(n)?;
+        let ring2 = call.zeros::<f64>(n)?;
+        let upd = call.gpu.upload(upstream).map_err(|e| call.err(e))?;
+        let lz = call.gpu.upload(log_z).map_err(|e| call.err(e))?;
+        a.up = call.ptr(&upd);
+        a.lz = call.ptr(&lz);
+        a.ring = call.ptr(&ring);
+        a.ring2 = call.ptr(&ring2);
+        a.alpha = call.ptr(alpha);
+        a.u = u.map_or(0, |u| call.ptr(u));
+        a.gsc = call.ptr(&self.gsc);
+        a.gbb = self.gbb.as_ref().map_or(a.gsc, |g| call.ptr(g));
+        a.geb = call.ptr(&self.geb);
+        a.bmarg = call.ptr(&self.bmarg);
+        a.pdur = call.ptr(&self.pdur);
+        a.ptr = call.ptr(&self.ptr);
+        a.pst = call.ptr(&self.pst);
+        a.pen = call.ptr(&self.pen);
+        Ok([ring, ring2, upd, lz])
+    }
+
+    /// The gradients from the position, begin, end and boundary marginals on the device and
+    /// the shared parameters' sums.
+    fn finish<F: Scalar>(
+        &self,
+        call: &Call<'_>,
+        p: &Potentials<'_, F>,
+        log_z: Vec<f64>,
+        tr: Vec<f64>,
+        dur: Vec<f64>,
+        upstream: &[f64],
+    ) -> Result<Backward> {
+        let sh = call.shape;
+        let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
+        let dev = |e: ndarray::ShapeError| Error::Device {
+            backend: call.backend.into(),
+            message: e.to_string(),
+        };
+        let to3 = |v: Vec<f64>| Array3::from_shape_vec((bn, t, c), v).map_err(dev);
+        let scores = to3(call.back(&self.gsc)?)?;
+        let bb = match (&self.gbb, p.begin_boundary()) {
+            (Some(g), Some(_)) => Some(to3(call.back(g)?)?),
+            _ => None,
+        };
+        let eb = match p.end_boundary() {
+            Some(_) => Some(to3(call.back(&self.geb)?)?),
+            None => None,
+        };
+        let bm = Array2::from_shape_vec((bn, t), call.back(&self.bmarg)?).map_err(dev)?;
+        let one = |v: Vec<f64>| weighted(upstream, bn, &v, c, |_| false, &[]);
+        let start = one(call.back(&self.pst)?);
+        let end = one(call.back(&self.pen)?);
+        let transition = if call.dd {
+            ArrayD::from_shape_vec(IxDyn(&[k, c, c]), tr)
+        } else {
+            ArrayD::from_shape_vec(IxDyn(&[c, c]), tr)
+        }
+        .map_err(dev)?;
+        let duration = Array2::from_shape_fn((k, c), |(d, j)| dur[d * c + j]);
+        Ok(Backward {
+            log_z,
+            grad: Gradients {
+                scores: Some(scores),
+                transition: Some(transition),
+                duration: Some(duration),
+                start: Some(Array1::from(start)),
+                end: Some(Array1::from(end)),
+                begin_boundary: bb,
+                end_boundary: eb,
+                edges: None,
+            },
+            boundary_marginals: bm,
+        })
+    }
+}
+
+/// The backward of `kernels/meet.cu`, with the sequences it gives up rerun in the log
+/// domain: their forward into the same log Z buffer and the saved rows' memory, their
+/// backward into the same marginal buffers and their own duration and transition marginals.
+fn meet_backward<F: Scalar>(
+    call: &Call<'_>,
+    par: &CudaSlice<f64>,
+    p: &Potentials<'_, F>,
+    upstream: &[f64],
+) -> Result<Backward> {
+    let sh = call.shape;
+    let (bn, k, c) = (sh.batch, sh.max_duration, sh.labels);
+    let eb = p.end_boundary().is_some();
+    let (bufs, g, flags) = call.meet_backward(par, upstream, eb)?;
+    let redo = given_up(&flags);
+    let pdur2 = call.back(&g.pdur)?;
+    let ptr2 = call.back(&g.ptr)?;
+    let o = Outs {
+        gsc: g.gsc,
+        gbb: Some(g.gbb),
+        geb: match g.geb {
+            Some(x) => x,
+            None => call.zeros::<f64>(if redo.is_empty() { 1 } else { bn * sh.len * c })?,
         },
-        boundary_marginals: bm,
-    })
+        bmarg: g.bmarg,
+        pdur: call.zeros::<f64>(if redo.is_empty() { 1 } else { bn * k * c })?,
+        ptr: call.zeros::<f64>(if redo.is_empty() { 1 } else { bn * c * c })?,
+        pst: g.pst,
+        pen: g.pen,
+    };
+    let mut keep = Vec::new();
+    if !redo.is_empty() {
+        // The log-domain forward of the sequences given up, saving α and u in the (larger)
+        // buffers of the saved rows, then their backward.
+        let seq = call.seq(redo.clone())?;
+        let fwd = call.forward(Ring::Log, Some(&seq), Some(&bufs.out), |a| {
+            a.alpha = call.ptr(&g.alpha);
+            a.u = call.ptr(&g.u);
+        })?;
+        let log_z: Vec<f64> = call.back(&bufs.out)?.chunks(2).map(|w| w[0]).collect();
+        semicrf_core::check_feasible(&log_z)?;
+        let mut a = call.args();
+        keep.push(o.fill(call, &mut a, upstream, &log_z, &g.alpha, Some(&g.u))?);
+        call.launch_on("bwd_static_log", &a, Some(&seq))?;
+        drop(fwd);
+    }
+    call.gpu.mark();
+    let log_z: Vec<f64> = call.back(&bufs.out)?.chunks(2).map(|w| w[0]).collect();
+    semicrf_core::check_feasible(&log_z)?;
+    let again = |b: usize| redo.binary_search(&b).is_err();
+    let (tr, dur) = if redo.is_empty() {
+        (
+            weighted(upstream, bn, &[], c * c, |_| true, &ptr2),
+            weighted(upstream, bn, &[], k * c, |_| true, &pdur2),
+        )
+    } else {
+        (
+            weighted(upstream, bn, &call.back(&o.ptr)?, c * c, again, &ptr2),
+            weighted(upstream, bn, &call.back(&o.pdur)?, k * c, again, &pdur2),
+        )
+    };
+    o.finish(call, p, log_z, tr, dur, upstream)
 }
