@@ -46,48 +46,73 @@
 //
 //     α̃_t(j) = exp(eb[t-1, j] + Md_j) · (G_t(j)·Σ_{d>=2} entry_{t-d}(j)·Wl[j, d] + twin_{t-1}(j)·f·Wl[j, 1]).
 //
-// When G leaves [2^-128, 2^128] the label's entries are multiplied by it and G is reset
-// (rebase). A -inf score closes the label's window (`floor`): no entry before it is read again.
+// When G has left about 2^±48 at the end of a block of steps, the label's entries are
+// multiplied by it and G is reset (rebase). A -inf score closes the label's window (`floor`):
+// no entry before it is read again.
 //
 // # When a sequence is given up
 //
 // `flag[b]` says why a sequence is left to the log-domain kernels:
-// 1 a finite score or boundary beyond ±50 nats, 2 an overflow, 4 values lost to underflow
-// that could matter. An entry below 2^-500 is replaced by 0 and counted as lost: λ_j bounds
+// 1 a finite score or boundary beyond ±50 nats, 2 an overflow (an entry above 2^800, an α̃
+// above 2^900), 4 values lost to underflow that could matter. An entry below 2^-800 is
+// replaced by 0 and counted as lost: λ_j bounds
 // every lost entry of label j in the window (`last` is the newest one's start). A step whose
 // lost values could exceed 2^-60 of its largest α̃, or 2^-60 of a marginal in absolute terms,
 // or a meet whose could exceed 2^-60 of Z, gives the sequence up. A value 0 with no bound is
 // -inf: nothing is lost by underflow without raising a bound.
 //
-// # Threads
+// # Blocks of steps
 //
-// A block has `tw`-lane teams, one label each (blockDim / tw >= C). Lane l of team j takes
-// durations l+1, l+1+tw, ... of the window and previous labels l, l+wb, ... of the transition
-// step, and the team sums them with a butterfly of shuffles, every quantity in one pass. The
-// state of label j (G, λ, the window's start) is kept, identically, by every lane of its
-// team; only the team touches the label's ring entries and accumulators. Teams share α̃ and
-// its bounds through shared memory, double-buffered by the step's parity: one barrier a step.
+// One step of the recurrence needs the previous step's α̃ of every label, so the steps of a
+// sweep run one after the other; what a step needs of older steps does not have to. A sweep
+// runs in blocks of P steps (t0 .. t0+P-1), each in three phases separated by barriers:
+//
+// 1. All threads: for every step t of the block and label j, the window's sum over the
+//    entries of starts before t0 - 1, H_t(j) = Σ_{s<=t0-2} entry_s(j)·Wl[j, t-s] (groups of
+//    lanes split each sum and reduce it with a butterfly).
+// 2. One thread per label, step by step: the transition step (a dot product over the
+//    previous α̃ row), the few window terms of starts t0-1 .. t-2 (entries the thread made in
+//    this block, kept in registers), the new entry and α̃_t(j). The threads of this phase
+//    share α̃ rows through shared memory, one barrier a step (a warp's when C <= 32).
+// 3. (Second halves.) All threads: the duration and transition marginals of the block's
+//    steps, each accumulator owned by one thread.
+//
+// So the sequential part of a step costs O(C + P) per thread instead of O(C + K·C / threads),
+// and the O(K·C) part runs on every thread of the block. Sums are taken in an order fixed by
+// the thread numbers alone: results are bitwise identical from run to run.
 
 #ifndef MEET_SMEM
 #define MEET_SMEM(name) extern __shared__ double name[]
 #endif
 
 #define MT_RANGE 50.0
-#define MT_RB 128
+#define MT_RB 16  // a block ends with a rebase where G is beyond 2^±(16+32)
 #define MT_STEP 256
+#ifndef MT_P
+#define MT_P 8  // steps a block
+#endif
 
 #define MT_FWD 0   // forward only: no rows saved
 #define MT_SAVE 1  // first halves of a backward: rows saved
 #define MT_MARG 2  // second halves: marginals
 
-__device__ __forceinline__ double mt_etiny() { return 0x1p-500; }
-__device__ __forceinline__ double mt_ehuge() { return 0x1p+500; }
+__device__ __forceinline__ double mt_etiny() { return 0x1p-800; }
+__device__ __forceinline__ double mt_ehuge() { return 0x1p+800; }
 __device__ __forceinline__ double mt_huge() { return 0x1p+900; }
 __device__ __forceinline__ double mt_err() { return 0x1p-60; }
 
 // 2^e for -1022 <= e <= 1023.
 __device__ __forceinline__ double mt_pow2(int e) {
     return __longlong_as_double((long long)(1023 + e) << 52);
+}
+
+// x · 2^n, exactly unless the result leaves the range, for any int n (in four factors
+// beyond ±1000).
+__device__ __forceinline__ double mt_mulp2(double x, int n) {
+    if (n >= -1000 && n <= 1000) return x * mt_pow2(n);
+    n = n < -4000 ? -4000 : n > 4000 ? 4000 : n;
+    const int q = n / 4;
+    return x * mt_pow2(q) * mt_pow2(q) * mt_pow2(q) * mt_pow2(n - 3 * q);
 }
 
 // x · 2^n for any n (0 below the subnormals, inf above the range).
@@ -101,6 +126,14 @@ __device__ __forceinline__ double mt_exp(double x, double add, int* flg) {
     if (fabs(x) > MT_RANGE) atomicOr(flg, 1);
     return exp(x + add);
 }
+
+// The barrier of the threads 0 .. n-1 (phase 2): a warp's for n = 32.
+#ifndef MT_BAR_N
+__device__ __forceinline__ void mt_bar_n(int n) {
+    if (n == 32) __syncwarp();
+    else asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory");
+}
+#endif
 
 struct MArgs {
     const void* sc;     // (B, T, C) scores: f32 when `f32in`, else f64
@@ -128,9 +161,8 @@ struct MArgs {
     double* pst;        // (B, C) start marginals
     double* pen;        // (B, C) end marginals
     i64 T, K, C, H;
-    int tw;         // lanes per team
-    int ch;         // steps staged at a time
-    int f32in;      // whether sc, bb and eb hold f32
+    int ch;     // steps staged at a time (a multiple of MT_P)
+    int f32in;  // whether sc, bb and eb hold f32
 };
 
 // The prepared parameters: Wl (C, K) label-major; per side (0 forward, 1 reverse) Tl (C, C)
@@ -138,7 +170,7 @@ struct MArgs {
 // then Md and exp(Md) (C each).
 struct Par {
     const double *wl, *tl, *mt, *emt, *u0, *etmo, *md, *emd;
-    __device__ Par(const MArgs& a, int side) {
+    __device__ __forceinline__ Par(const MArgs& a, int side) {
         const i64 C = a.C, side_len = C * C + 3 * C;
         wl = a.par;
         const double* s0 = a.par + C * a.K;
@@ -153,99 +185,48 @@ struct Par {
     }
 };
 
-// A sweep's state saved between the kernels: the ring (K·C, label-major), then per label G,
-// G before the last step's update, 1/G, λ, the newest lost entry's start, the window's start,
-// α̃ and its bound of the last step; then E, E before the last step and the steps done.
-__device__ __forceinline__ i64 state_len(i64 K, i64 C) { return K * C + 8 * C + 4; }
+// A sweep's state saved between the kernels: the ring ((K+P)·C, label-major: the entries of
+// the last K+P starts, so that phase 3 still finds the window of a block's first step after
+// phase 2 made P new ones), then per label the mantissas of G, of G before the last step's
+// update and of 1/G, λ, the newest lost entry's start, the window's start, α̃ and its bound
+// of the last step, the exponents of G and of G before the last update; then E, E before the
+// last step and the steps done.
+__device__ __forceinline__ i64 state_len(i64 K, i64 C) { return (K + MT_P) * C + 10 * C + 4; }
 
 // An input element, stored as f32 or f64.
 __device__ __forceinline__ double mt_in(const MArgs& a, const void* p, i64 i) {
     return a.f32in ? (double)((const float*)p)[i] : ((const double*)p)[i];
 }
 
-// The lanes of the calling thread's team.
-__device__ __forceinline__ unsigned team_mask(int tw) {
-    if (tw >= 32) return 0xffffffffu;
-    const int base = (threadIdx.x & 31) / tw * tw;
-    return ((1u << tw) - 1u) << base;
+__device__ __forceinline__ int mt_mod(int s, int K) {
+    const int r = s % K;
+    return r < 0 ? r + K : r;
 }
 
-// One step's quantities, reduced across a team in one butterfly.
-struct MStep {
-    double v;   // Σ α̃_{t-1}(i)·Tl[i, j]
-    double ev;  // Σ er_{t-1}(i)·Tl[i, j]
-    double m;   // max α̃_{t-1}(i)
-    double em;  // max er_{t-1}(i)
-    double s;   // Σ_{d>=2} entry·Wl
-};
-
-// The bounds (ev, em) are reduced only when a lane of the warp has one (the vote is the
-// whole warp's, so every lane takes the same branch); they are 0 everywhere else.
-__device__ __forceinline__ void mstep_reduce(MStep& x, int tw) {
-    for (int off = tw >> 1; off > 0; off >>= 1) {
-        const double v = __shfl_xor_sync(0xffffffffu, x.v, off, tw);
-        const double m = __shfl_xor_sync(0xffffffffu, x.m, off, tw);
-        const double s = __shfl_xor_sync(0xffffffffu, x.s, off, tw);
-        x.v += v;
-        x.m = x.m > m ? x.m : m;
-        x.s += s;
-    }
-    if (__any_sync(0xffffffffu, x.ev > 0.0 || x.em > 0.0)) {
-        for (int off = tw >> 1; off > 0; off >>= 1) {
-            const double ev = __shfl_xor_sync(0xffffffffu, x.ev, off, tw);
-            const double em = __shfl_xor_sync(0xffffffffu, x.em, off, tw);
-            x.ev += ev;
-            x.em = x.em > em ? x.em : em;
-        }
-    }
+// The exponent of x > 0 (its biased exponent field less 1023; -1023 for a subnormal).
+__device__ __forceinline__ int mt_expo(double x) {
+    return (int)((__double_as_longlong(x) >> 52) & 0x7ff) - 1023;
 }
 
-// Reductions across the calling team only (`mask`: its lanes), for team-uniform branches.
-__device__ __forceinline__ double team_max(double x, int tw, unsigned mask) {
-    for (int off = tw >> 1; off > 0; off >>= 1) {
-        const double o = __shfl_xor_sync(mask, x, off, tw);
-        x = x > o ? x : o;
-    }
-    return x;
-}
-
-__device__ __forceinline__ double team_add(double x, int tw, unsigned mask) {
-    for (int off = tw >> 1; off > 0; off >>= 1) x += __shfl_xor_sync(mask, x, off, tw);
-    return x;
-}
-
-__device__ __forceinline__ int team_maxi(int x, int tw, unsigned mask) {
-    for (int off = tw >> 1; off > 0; off >>= 1) {
-        const int o = __shfl_xor_sync(mask, x, off, tw);
-        x = x > o ? x : o;
-    }
-    return x;
-}
-
-// The block's barrier: a warp's when the block is one warp.
-__device__ __forceinline__ void mt_sync() {
-    if (blockDim.x == 32) __syncwarp();
-    else __syncthreads();
-}
-
-// A sweep: one side of one sequence, in its own logical coordinates.
+// A sweep: one side of one sequence, in its own logical coordinates, on one thread block.
+// Thread j < C keeps label j's state in registers (phase 2).
 struct Sweep {
     const MArgs& a;
     Par p;
-    int b, side, L, K, C, m;
-    int tw, l, j, wb;
-    bool act;
-    unsigned tmask;
-    // the label's state (every lane of the team keeps the same copy)
-    double G, Gold, Gi, lam, w1, u0, emt, etmo;
-    int last, floor;
-    int tm;  // the step's t mod K
+    int b, side, L, K, RK, C, m, C2;  // RK: ring slots per label
+    int j;
+    bool act;  // thread j is a label's
+    // label j's state (thread j): G = gm·2^gx, 1/G = gim·2^-gx, G before the last update
+    // gmo·2^gxo (the mantissas stay within 2^±32: G itself may be far out of range in a block)
+    double gm, gmo, gim, lam, u0, emt, etmo;
+    int gx, gxo, last, floor;
     i64 E, Eold;
     // shared memory
-    double *A, *ER, *ring, *accd, *acct, *sF, *sFi, *sB, *sX;
+    double *A, *ER, *H, *gq, *cbs, *ebk, *rfm;
+    int *anyer, *lo, *flo, *newest, *rfx, *flg;
+    double *sF, *sFi, *sB, *sX;
     double *oA, *oU, *oEa, *oEu, *oRa, *oRu;
-    int* flg;
-    double* zl;  // per-label meet sums (2C)
+    double *ring, *accd, *acct;
 
     __device__ __forceinline__ Sweep(const MArgs& args, int bb_, int side_, double* smem,
                                      bool marg)
@@ -254,25 +235,42 @@ struct Sweep {
         side = side_;
         L = (int)a.len[b];
         K = (int)a.K;
+        RK = K + MT_P;
         C = (int)a.C;
+        C2 = (C + 31) / 32 * 32;
         m = (L + 1) / 2 > 1 ? (L + 1) / 2 : 1;
-        tw = a.tw;
-        l = threadIdx.x % tw;
-        j = threadIdx.x / tw;
+        j = threadIdx.x;
         act = j < C;
-        wb = 1;
-        while (wb < C && wb < tw) wb <<= 1;
-        tmask = team_mask(tw);
-        const int ch = a.ch;
+        const int ch = a.ch, P = MT_P;
         double* q = smem;
         A = q;
-        q += 2 * C;
+        q += (P + 1) * C;
         ER = q;
-        q += 2 * C;
-        zl = q;
-        q += 2 * C;
-        flg = (int*)q;
-        q += 2;
+        q += (P + 1) * C;
+        H = q;
+        q += P * C;
+        gq = q;
+        q += P * C;
+        cbs = q;
+        q += P * C;
+        ebk = q;  // the entries of this block's starts t0-1+k, [k·C + j]
+        q += P * C;
+        rfm = q;
+        q += C;
+        // int words: anyer (P+1), lo (P·C), flo, newest, rfx (C each), flag (2)
+        int* iq = (int*)q;
+        anyer = iq;
+        iq += P + 1;
+        lo = iq;
+        iq += P * C;
+        flo = iq;
+        iq += C;
+        newest = iq;
+        iq += C;
+        rfx = iq;
+        iq += C;
+        flg = iq;
+        q += (P + 4 + P * C + 3 * C) / 2;
         sF = q;
         q += ch * C;
         sFi = q;
@@ -295,20 +293,15 @@ struct Sweep {
             oRu = q;
             q += ch;
         }
-        // The ring and accumulators follow, in shared memory or in global buffers: the
-        // kernels choose (`mt_place`), as template parameters, so that the compiler
-        // addresses shared memory directly.
-        ring = q;
+        ring = q;  // placed by `mt_place`
         accd = nullptr;
         acct = nullptr;
-        w1 = act ? __ldg(&p.wl[(i64)j * K]) : 0.0;
         u0 = act ? __ldg(&p.u0[j]) : 0.0;
         emt = act ? __ldg(&p.emt[j]) : 0.0;
         etmo = act ? __ldg(&p.etmo[j]) : 0.0;
-        tm = 0;
     }
 
-    // The logical position p's element of an input, or of its reverse.
+    // The logical position's element of an input, or of its reverse.
     __device__ __forceinline__ i64 at(int pos, int lab) const {
         const int o = side ? L - 1 - pos : pos;
         return ((i64)b * a.T + o) * C + lab;
@@ -355,47 +348,6 @@ struct Sweep {
             }
         }
     }
-
-    __device__ __forceinline__ int slot(int s) const {
-        int r = s % K;
-        return r < 0 ? r + K : r;
-    }
-
-    // Multiplies the label's live entries by G and resets G (team-uniform branch).
-    __device__ void rebase(int t) {
-        __syncwarp(tmask);
-        const int lo = (t - K > floor ? t - K : floor);
-        int newest = -1;
-        for (int s = t - 2 - l; s >= lo; s -= tw) {
-            double* e = &ring[(i64)j * K + slot(s)];
-            double x = *e * G;
-            if (x > 0.0 && x < mt_etiny()) {
-                x = 0.0;
-                if (s > newest) newest = s;
-            } else if (x > mt_ehuge()) {
-                atomicOr(flg, 2);
-            }
-            *e = x;
-        }
-        newest = team_maxi(newest, tw, tmask);
-        lam *= G;
-        if (newest >= 0) {
-            lam = lam > mt_etiny() ? lam : mt_etiny();
-            last = last > newest ? last : newest;
-        }
-        G = 1.0;
-        Gi = 1.0;
-        __syncwarp(tmask);
-    }
-};
-
-// The marginal factors of one step (second halves).
-struct MQ {
-    double q0;   // duration and end marginals per unit of (G·Σ entry·Wl + twin·Wl1)
-    double cb;   // begin and transition marginals per unit of ũ_{t-1}(j)
-    double q0e;  // q0 with the other side's bound in place of its value
-    double cbe;  // cb likewise
-    int lim;     // durations above it are counted by the other side (reverse sweep only)
 };
 
 // Where the ring and the accumulators are: after the staged rows in shared memory (RS, AS),
@@ -403,13 +355,13 @@ struct MQ {
 template <bool RS, bool AS>
 __device__ __forceinline__ void mt_place(Sweep& w, bool marg) {
     const i64 pair = (i64)w.b * 2 + w.side;
-    const i64 kc = (i64)w.K * w.C;
+    const i64 kc = (i64)w.K * w.C, rkc = (i64)w.RK * w.C;
     double* q = w.ring;  // the first word after the staged rows
     if (RS) {
         w.ring = q;
-        q += kc;
+        q += rkc;
     } else {
-        w.ring = w.a.ring + pair * kc;
+        w.ring = w.a.ring + pair * rkc;
     }
     if (marg) {
         w.accd = AS ? q : w.a.acc + pair * (kc + (i64)w.C * w.C);
@@ -417,239 +369,457 @@ __device__ __forceinline__ void mt_place(Sweep& w, bool marg) {
     }
 }
 
-// Σ entry·Wl over the lane's durations d = d0, d0 + tw, ... <= nd of label j's ring `rj`
-// (entries of starts t - d, t mod K = tm), four at a time with separate sums; with MARG,
-// adds the term times gq to the accumulator aj[d - 1] of every d <= lim. The ring wraps
-// once: starts t - d at slots tm - d for d <= tm, tm - d + K beyond.
-template <bool MARG>
-__device__ __forceinline__ double mt_window(const double* rj, const double* __restrict__ wl,
-                                            double* aj, int d0, int nd, int tw, int tm, int K,
-                                            double gq, int lim) {
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-    int d = d0;
-    for (int seg = 0; seg < 2; ++seg) {
-        const int hi = seg == 0 ? (nd < tm ? nd : tm) : nd;
-        const double* base = rj + tm + (seg == 0 ? 0 : K);
-        for (; d + 3 * tw <= hi; d += 4 * tw) {
-            const double r0 = base[-d], r1 = base[-(d + tw)];
-            const double r2 = base[-(d + 2 * tw)], r3 = base[-(d + 3 * tw)];
-            const double x0 = r0 * __ldg(&wl[d - 1]), x1 = r1 * __ldg(&wl[d - 1 + tw]);
-            const double x2 = r2 * __ldg(&wl[d - 1 + 2 * tw]);
-            const double x3 = r3 * __ldg(&wl[d - 1 + 3 * tw]);
-            s0 += x0;
-            s1 += x1;
-            s2 += x2;
-            s3 += x3;
-            if (MARG) {
-                aj[d - 1] += x0 * (d <= lim ? gq : 0.0);
-                aj[d - 1 + tw] += x1 * (d + tw <= lim ? gq : 0.0);
-                aj[d - 1 + 2 * tw] += x2 * (d + 2 * tw <= lim ? gq : 0.0);
-                aj[d - 1 + 3 * tw] += x3 * (d + 3 * tw <= lim ? gq : 0.0);
-            }
+// The rebase of every label whose thread set rfm[j], rfx[j] (its G) at the end of the last
+// block: the entries of starts lo .. t0-2 that later steps may read are multiplied by G (all
+// threads); the newest start whose entry fell below 2^-800 goes to newest[j].
+__device__ void mt_rebase(Sweep& w, int t0) {
+    const int K = w.K, RK = w.RK, C = w.C;
+    for (int x = threadIdx.x; x < K * C; x += blockDim.x) {
+        const int j = x / K, k = x % K;
+        const double g = w.rfm[j];
+        if (g == 0.0) continue;
+        const int lo = t0 - 1 - K > w.flo[j] ? t0 - 1 - K : w.flo[j];
+        const int s = t0 - 2 - k;  // every start of the window once
+        if (s < lo || s < 0) continue;
+        double* e = &w.ring[(i64)j * RK + mt_mod(s, RK)];
+        double v = mt_mulp2(*e * g, w.rfx[j]);
+        if (v > 0.0 && v < mt_etiny()) {
+            v = 0.0;
+            atomicMax(&w.newest[j], s);
+        } else if (v > mt_ehuge()) {
+            atomicOr(w.flg, 2);
         }
-        for (; d <= hi; d += tw) {
-            const double x = base[-d] * __ldg(&wl[d - 1]);
-            s0 += x;
-            if (MARG) aj[d - 1] += x * (d <= lim ? gq : 0.0);
-        }
+        *e = v;
     }
-    return (s0 + s1) + (s2 + s3);
 }
 
-// One step of a sweep (`MODE`: MT_FWD, MT_SAVE, MT_MARG); `r` is the step's staged row.
-// Ends with the block's barrier.
+// Phase 1: H[k][j] = Σ entry_s(j)·Wl[j, t-s] over starts max(t-K, window start, 0) <= s <=
+// t0-2, for the steps t = t0 + k < t0 + n. Groups of gp lanes (a power of two, at most K and
+// 32) split each sum, and every warp runs the same number of rounds.
+__device__ void mt_phase1(Sweep& w, int t0, int n) {
+    const int K = w.K, RK = w.RK, C = w.C, P = MT_P, nt = blockDim.x;
+    int gp = 1;
+    while (gp * 2 <= 32 && gp * 2 <= K && gp * 2 * P * C <= nt) gp *= 2;
+    const int g = threadIdx.x / gp, l = threadIdx.x % gp, groups = nt / gp;
+    for (int q0 = 0; q0 < P * C; q0 += groups) {
+        const int q = q0 + g;
+        const int k = q / C, j = q % C;
+        double s0 = 0.0, s1 = 0.0;
+        if (q < P * C && k < n) {
+            const int t = t0 + k;
+            int lo = t - K > w.flo[j] ? t - K : w.flo[j];
+            lo = lo > 0 ? lo : 0;
+            const double* rj = w.ring + (i64)j * RK;
+            const double* wl = w.p.wl + (i64)j * K;
+            int s = t0 - 2 - l;
+            int idx = s >= lo ? mt_mod(s, RK) : 0;
+            for (; s - gp >= lo; s -= 2 * gp) {
+                const int i2 = idx - gp < 0 ? idx - gp + RK : idx - gp;
+                s0 += rj[idx] * __ldg(&wl[t - s - 1]);
+                s1 += rj[i2] * __ldg(&wl[t - s + gp - 1]);
+                idx = i2 - gp < 0 ? i2 - gp + RK : i2 - gp;
+            }
+            if (s >= lo) s0 += rj[idx] * __ldg(&wl[t - s - 1]);
+        }
+        double h = s0 + s1;
+        for (int off = gp >> 1; off > 0; off >>= 1) h += __shfl_xor_sync(0xffffffffu, h, off, gp);
+        if (q < P * C && k < n && l == 0) w.H[k * C + j] = h;
+    }
+}
+
+// Phase 3 (second halves): the block's duration marginals of d >= 2 (the window terms times
+// G·Q0 of their step, starts at or after lo[k][j]) and transition marginals (α̃_{t-1}(i)·Tl[i,
+// j]·cB_t(j)); accumulator (j, d) and (i, j) each owned by one thread.
+__device__ void mt_phase3(Sweep& w, int t0, int n) {
+    const int K = w.K, RK = w.RK, C = w.C;
+    for (int x = threadIdx.x; x < K * C; x += blockDim.x) {
+        const int j = x / K, d = x % K + 1;
+        if (d < 2) continue;
+        const double* rj = w.ring + (i64)j * RK;
+        int idx = mt_mod(t0 - d, RK);  // the slot of start t0 - d (step k: + k)
+        double s = 0.0;
+        for (int k = 0; k < n; ++k) {
+            const int st = t0 + k - d;
+            if (st >= w.lo[k * C + j]) s += rj[idx] * w.gq[k * C + j];
+            idx = idx + 1 == RK ? 0 : idx + 1;
+        }
+        w.accd[(i64)j * K + d - 1] += s * __ldg(&w.p.wl[(i64)j * K + d - 1]);
+    }
+    for (int x = threadIdx.x; x < C * C; x += blockDim.x) {
+        const int i = x / C, j = x % C;
+        double s = 0.0;
+        for (int k = 0; k < n; ++k)
+            if (t0 + k >= 2) s += w.A[k * C + i] * w.cbs[k * C + j];
+        w.acct[x] += s * __ldg(&w.p.tl[x]);
+    }
+}
+
+// Thread j's per-block state (the entries it made in this block are in `ebk`).
+struct Blk {
+    double hf;  // H's factor: the rebases since phase 1, 0 once a -inf score closed the window
+    double w1;  // Wl[j, 1]
+};
+
+// A rebase of label j by its own thread in the middle of a block (rare: only where G moves
+// more than 2^300 within a block). The duration marginals of this block's earlier steps are
+// added first, in the present units (their G·Q0 factors are then 0 for phase 3); then the
+// entries that later steps read (starts t-K .. t-2, in the ring and in the registers), H's
+// factor and λ change with G.
 template <int MODE>
-__device__ __forceinline__ void mt_step(Sweep& w, int t, int r, i64 EZ, double kz, double* mu,
-                                        double* eprev) {
+__device__ __forceinline__ void mt_rebase_self(Sweep& w, Blk& bk, int t0, int k, int t) {
+    const int K = w.K, RK = w.RK, C = w.C, j = w.j;
+    const double* rj = w.ring + (i64)j * RK;
+    if (MODE == MT_MARG) {
+        for (int kk = 0; kk < k; ++kk) {
+            const double g = w.gq[kk * C + j];
+            if (g == 0.0) continue;
+            for (int d = 2; d <= K && t0 + kk - d >= w.lo[kk * C + j]; ++d)
+                w.accd[(i64)j * K + d - 1] += rj[mt_mod(t0 + kk - d, RK)] * g *
+                                              __ldg(&w.p.wl[(i64)j * K + d - 1]);
+            w.gq[kk * C + j] = 0.0;
+        }
+    }
+    int lo = t - K > w.floor ? t - K : w.floor;
+    lo = lo > 0 ? lo : 0;
+    int newest = -1;
+    for (int s = lo; s <= t - 2; ++s) {
+        double* e = &w.ring[(i64)j * RK + mt_mod(s, RK)];
+        double v = mt_mulp2(*e * w.gm, w.gx);
+        if (v > 0.0 && v < mt_etiny()) {
+            v = 0.0;
+            newest = s;
+        } else if (v > mt_ehuge()) {
+            atomicOr(w.flg, 2);
+        }
+        *e = v;
+    }
+    for (int kk = 0; kk < k; ++kk)
+        w.ebk[kk * C + j] = t0 - 1 + kk >= lo ? w.ring[(i64)j * RK + mt_mod(t0 - 1 + kk, RK)] : 0.0;
+    bk.hf = mt_mulp2(bk.hf * w.gm, w.gx);
+    w.lam = mt_mulp2(w.lam * w.gm, w.gx);
+    if (newest >= 0) {
+        w.lam = w.lam > mt_etiny() ? w.lam : mt_etiny();
+        w.last = w.last > newest ? w.last : newest;
+    }
+    w.gm = 1.0;
+    w.gim = 1.0;
+    w.gx = 0;
+}
+
+// Phase 2, step t = t0 + k of thread j (staged row r). `mu`, `ep`: the running position
+// marginal and the last end marginal (second halves).
+template <int MODE>
+__device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r, i64 EZ,
+                                        double kz, double& mu, double& ep) {
     const MArgs& a = w.a;
-    const int K = w.K, C = w.C, j = w.j, l = w.l, tw = w.tw;
+    const int K = w.K, C = w.C, j = w.j, t = t0 + k;
     const int nd = t < K ? t : K;
-    w.tm = w.tm + 1 == K ? 0 : w.tm + 1;
-    const double* Ap = w.A + ((t - 1) & 1) * C;
-    const double* ERp = w.ER + ((t - 1) & 1) * C;
-    double f = 1.0, fi = 1.0, bbf = 1.0, xf = 1.0;
-    if (w.act) {
-        f = w.sF[r * C + j];
-        fi = w.sFi[r * C + j];
-        bbf = w.sB[r * C + j];
-        xf = w.sX[r * C + j];
-        if (!(w.G >= mt_pow2(-MT_RB) && w.G <= mt_pow2(MT_RB))) w.rebase(t);
-    }
-    const int ndj = nd < t - w.floor ? nd : t - w.floor;
-    // The marginal factors: everything but the reductions is known at the step's start.
-    MQ mq = {0.0, 0.0, 0.0, 0.0, 0};
-    if (MODE == MT_MARG && w.act) {
-        const i64 eu = (i64)__double_as_longlong(w.oEu[r]);
-        const i64 ea = (i64)__double_as_longlong(w.oEa[r]);
-        const double base = mt_scale(kz, w.E + eu - EZ) * f * xf * w.etmo;
-        mq.q0 = base * w.oU[r * C + j];
-        mq.q0e = base * w.oRu[r];
-        const double cbase = mt_scale(kz, w.E + ea - EZ) * w.emt;
-        mq.cb = cbase * w.oA[r * C + j];
-        mq.cbe = cbase * w.oRa[r];
-        mq.lim = w.side ? t - (w.L - w.m) : K;
-    }
-    MStep st = {0.0, 0.0, 0.0, 0.0, 0.0};
-    if (w.act) {
-        if (t >= 2 && l < w.wb) {
-            const double* tl = w.p.tl + j;
-            for (int i = l; i < C; i += w.wb) {
-                const double x = Ap[i], e = ERp[i], tv = __ldg(&tl[(i64)i * C]);
-                const double term = x * tv;
-                st.v += term;
-                st.ev += e * tv;
-                st.m = st.m > x ? st.m : x;
-                st.em = st.em > e ? st.em : e;
-                if (MODE == MT_MARG) w.acct[(i64)i * C + j] += term * mq.cb;
+    const double* Ap = w.A + k * C;
+    const double* ERp = w.ER + k * C;
+    double v = 0.0, ev = 0.0, mx = 0.0, em = 0.0;
+    if (t == 1) {
+        v = w.u0;
+    } else {
+        // The transition step: every thread reads the whole row (the same maxima everywhere).
+        double v1 = 0.0, m1 = 0.0;
+        const double* tl = w.p.tl + (w.act ? j : 0);
+        int i = 0;
+        for (; i + 1 < C; i += 2) {
+            const double x0 = Ap[i], x1 = Ap[i + 1];
+            v += x0 * __ldg(&tl[(i64)i * C]);
+            v1 += x1 * __ldg(&tl[(i64)(i + 1) * C]);
+            mx = mx > x0 ? mx : x0;
+            m1 = m1 > x1 ? m1 : x1;
+        }
+        if (i < C) {
+            const double x0 = Ap[i];
+            v += x0 * __ldg(&tl[(i64)i * C]);
+            mx = mx > x0 ? mx : x0;
+        }
+        v += v1;
+        mx = mx > m1 ? mx : m1;
+        if (w.anyer[k]) {
+            for (int i2 = 0; i2 < C; ++i2) {
+                const double e = ERp[i2];
+                ev += e * __ldg(&tl[(i64)i2 * C]);
+                em = em > e ? em : e;
             }
         }
-        const int d0 = l == 0 ? 1 + tw : l + 1;
-        st.s = mt_window<MODE == MT_MARG>(w.ring + (i64)j * K, w.p.wl + (i64)j * K,
-                                          MODE == MT_MARG ? w.accd + (i64)j * K : nullptr, d0,
-                                          ndj, tw, w.tm, K, w.G * mq.q0, mq.lim);
-    }
-    mstep_reduce(st, tw);
-    // The label's scalar part, on every lane of the team.
-    if (t == 1) {
-        st.v = w.u0;
-        st.ev = 0.0;
-        st.m = 0.0;
-        st.em = 0.0;
-    } else if (st.em > mt_err() * st.m) {
-        if (l == 0 && w.act) atomicOr(w.flg, 4);
+        if (em > mt_err() * mx && j == 0) atomicOr(w.flg, 4);
     }
     int e = 0;
-    if (t >= 2 && st.m > 0.0) {
-        e = ilogb(st.m);
+    if (t >= 2 && mx > 0.0) {
+        e = mt_expo(mx);
         e = e < -MT_STEP ? -MT_STEP : e > MT_STEP ? MT_STEP : e;
     }
     w.Eold = w.E;
     w.E += e;
-    w.Gold = w.G;
-    if (!w.act) {
-        mt_sync();
-        return;
-    }
-    const double sc = mt_pow2(-e);
-    const double twin = st.v * bbf, tb = st.ev * bbf;
-    double entry = 0.0, term1 = 0.0, tot = 0.0;
-    if (f == 0.0) {
-        // A -inf score at t-1: no segment of j covers it, the window closes.
-        w.floor = t;
-        w.G = 1.0;
-        w.Gi = 1.0;
-        w.lam = 0.0;
-        w.last = -1;
-    } else {
-        const double gi = w.Gi;
-        w.G = w.G * f * sc;
-        w.Gi = w.Gi * fi * mt_pow2(e);
-        entry = twin * gi;
-        const double eb = tb * gi;
-        if (entry < mt_etiny()) {
-            if (entry > 0.0 || eb > 0.0) {
-                w.lam = w.lam > eb ? w.lam : eb;
-                w.lam = w.lam > mt_etiny() ? w.lam : mt_etiny();
-                w.last = t - 1;
+    if (w.act) {
+        const double f = w.sF[r * C + j], fi = w.sFi[r * C + j];
+        const double bbf = w.sB[r * C + j], xf = w.sX[r * C + j];
+        if (w.gx > 300 || w.gx < -300) mt_rebase_self<MODE>(w, bk, t0, k, t);
+        w.gmo = w.gm;
+        w.gxo = w.gx;
+        // The window: H (entries before t0-1) and this block's entries t0-1 .. t-2.
+        double s = bk.hf == 0.0 ? 0.0 : bk.hf * w.H[k * C + j];
+        {
+            // d = k - kk + 1 >= 2, at most K.
+            const double* wl = w.p.wl + (i64)j * K;
+            double s1 = 0.0;
+            int kk = k - 1 < K - 1 ? 0 : k - K + 1;
+            for (; kk + 1 < k; kk += 2) {
+                s += w.ebk[kk * C + j] * __ldg(&wl[k - kk]);
+                s1 += w.ebk[(kk + 1) * C + j] * __ldg(&wl[k - kk - 1]);
             }
-            entry = 0.0;
-        } else if (entry > mt_ehuge()) {
-            if (l == 0) atomicOr(w.flg, 2);
+            if (kk < k) s += w.ebk[kk * C + j] * __ldg(&wl[k - kk]);
+            s += s1;
         }
-        term1 = twin * f * sc * w.w1;
-        tot = w.G * st.s + term1;
-    }
-    if (w.last < t - K) w.lam = 0.0;
-    const int ndn = nd < t - w.floor ? nd : t - w.floor;
-    const double an = xf * tot;
-    const double ern = (w.lam > 0.0 && w.last >= t - ndn) ? w.lam * w.G * (double)ndn * xf : 0.0;
-    if (!(an <= mt_huge()) && l == 0) atomicOr(w.flg, 2);
-    if (MODE == MT_MARG) {
-        // Begin marginal of t-1, end marginal of t, d = 1, the running position marginal.
-        const double bm = st.v * mq.cb;
-        const double em = mq.q0 * (w.Gold * st.s + twin * w.w1);
-        const double lost = w.lam > 0.0 ? w.lam * w.Gold * (double)ndj * mq.q0 : 0.0;
-        const double err = st.ev * mq.cb + st.v * mq.cbe + lost +
-                           (w.Gold * st.s + twin * w.w1) * mq.q0e;
-        if (l == 0) {
+        // The marginal factors (second halves).
+        double q0 = 0.0, q0e = 0.0, cb = 0.0, cbe = 0.0;
+        if (MODE == MT_MARG) {
+            const i64 eu = (i64)__double_as_longlong(w.oEu[r]);
+            const i64 ea = (i64)__double_as_longlong(w.oEa[r]);
+            const double base = mt_scale(kz, w.Eold + eu - EZ) * f * xf * w.etmo;
+            q0 = base * w.oU[r * C + j];
+            q0e = base * w.oRu[r];
+            const double cbase = mt_scale(kz, w.Eold + ea - EZ) * w.emt;
+            cb = cbase * w.oA[r * C + j];
+            cbe = cbase * w.oRa[r];
+            int lo = t - K > w.floor ? t - K : w.floor;
+            if (w.side) lo = lo > w.L - w.m ? lo : w.L - w.m;
+            w.lo[k * C + j] = lo;
+            // Beyond the range, a factor meets only entries or rows of 0 (else a marginal
+            // would be beyond 1, which the checks below catch): it is kept as 0, not ∞.
+            const double gqv = mt_mulp2(w.gm * q0, w.gx);
+            w.gq[k * C + j] = gqv <= 1.7976931348623157e308 ? gqv : 0.0;
+            w.cbs[k * C + j] = cb <= 1.7976931348623157e308 ? cb : 0.0;
+        }
+        const int ndj = nd < t - w.floor ? nd : t - w.floor;
+        const double sc = mt_pow2(-e);
+        const double twin = v * bbf, tb = ev * bbf;
+        double entry = 0.0, term1 = 0.0, tot = 0.0;
+        if (f == 0.0) {
+            // A -inf score at t-1: no segment of j covers it, the window closes.
+            w.floor = t;
+            w.gm = 1.0;
+            w.gim = 1.0;
+            w.gx = 0;
+            w.lam = 0.0;
+            w.last = -1;
+            bk.hf = 0.0;
+            for (int kk = 0; kk < k; ++kk) w.ebk[kk * C + j] = 0.0;
+        } else {
+            // 1/G before the update is gim·2^-gx: the new entry is twin / G.
+            entry = mt_mulp2(twin * w.gim, -w.gx);
+            const double eb = mt_mulp2(tb * w.gim, -w.gx);
+            w.gm *= f;
+            w.gim *= fi;
+            w.gx -= e;
+            const int ke = mt_expo(w.gm);
+            if (ke > 32 || ke < -32) {
+                w.gm *= mt_pow2(-ke);
+                w.gim *= mt_pow2(ke);
+                w.gx += ke;
+            }
+            if (entry < mt_etiny()) {
+                if (entry > 0.0 || eb > 0.0) {
+                    w.lam = w.lam > eb ? w.lam : eb;
+                    w.lam = w.lam > mt_etiny() ? w.lam : mt_etiny();
+                    w.last = t - 1;
+                }
+                entry = 0.0;
+            } else if (entry > mt_ehuge()) {
+                atomicOr(w.flg, 2);
+            }
+            term1 = twin * f * sc * bk.w1;
+            tot = mt_mulp2(w.gm * s, w.gx) + term1;
+        }
+        w.ebk[k * C + j] = entry;
+        if (w.last < t - K) w.lam = 0.0;
+        const int ndn = nd < t - w.floor ? nd : t - w.floor;
+        const double an = xf * tot;
+        const double ern = (w.lam > 0.0 && w.last >= t - ndn)
+                               ? mt_mulp2(w.lam * w.gm * (double)ndn * xf, w.gx)
+                               : 0.0;
+        if (!(an <= mt_huge())) atomicOr(w.flg, 2);
+        if (MODE == MT_MARG) {
+            // Begin marginal of t-1, end marginal of t, d = 1, the running position marginal.
+            const double bm = v * cb;
+            const double gs = mt_mulp2(w.gmo * s, w.gxo);  // G before the update · window
+            const double em2 = q0 * (gs + twin * bk.w1);
+            const double lost =
+                w.lam > 0.0 ? mt_mulp2(w.lam * w.gmo * (double)ndj * q0, w.gxo) : 0.0;
+            const double err = ev * cb + v * cbe + lost + (gs + twin * bk.w1) * q0e;
             if (!(err <= mt_err())) atomicOr(w.flg, 4);
-            w.accd[(i64)j * K] += twin * w.w1 * mq.q0;
-            const double nmu = *mu + bm - *eprev;
-            *mu = nmu;
-            *eprev = em;
+            if (!(bm <= 2.0) || !(em2 <= 2.0)) atomicOr(w.flg, 2);
+            w.accd[(i64)j * K] += twin * bk.w1 * q0;
+            const double nmu = mu + bm - ep;
+            mu = nmu;
+            ep = em2;
             const double g = a.up[w.b];
             // Original coordinates: the forward sweep's begin/end are the reverse's end/begin.
             const int ps = w.side ? w.L - t : t - 1;  // position of this μ and of bm/em's row
             const i64 o = ((i64)w.b * a.T + ps) * C + j;
             a.gsc[o] = g * nmu;
             if (w.side == 0) {
-                a.gbb[o] = bm;  // begin at t-1 (scaled by the tail)
-                if (a.geb) a.geb[o] = g * em;  // end at t: end_boundary[t-1]
-                if (t == w.L) a.pen[(i64)w.b * C + j] = em;
+                a.gbb[o] = bm;                  // begin at t-1 (scaled by the tail)
+                if (a.geb) a.geb[o] = g * em2;  // end at t: end_boundary[t-1]
+                if (t == w.L) a.pen[(i64)w.b * C + j] = em2;
             } else {
-                a.gbb[o] = em;  // begin at L-t
+                a.gbb[o] = em2;                // begin at L-t
                 if (a.geb) a.geb[o] = g * bm;  // end at L-t+1: end_boundary[L-t]
-                if (t == w.L) a.pst[(i64)w.b * C + j] = em;
+                if (t == w.L) a.pst[(i64)w.b * C + j] = em2;
             }
         }
-    }
-    if (l == 0) {
-        const int cur = t & 1;
-        w.A[cur * C + j] = an;
-        w.ER[cur * C + j] = ern;
-        w.ring[(i64)j * K + (w.tm == 0 ? K - 1 : w.tm - 1)] = entry;
+        w.A[(k + 1) * C + j] = an;
+        w.ER[(k + 1) * C + j] = ern;
+        if (ern > 0.0) atomicOr(&w.anyer[k + 1], 1);
+        w.ring[(i64)j * w.RK + mt_mod(t - 1, w.RK)] = entry;
         if (MODE == MT_SAVE) {
             const i64 row = ((i64)w.b * 2 + w.side) * a.H;
             a.alpha[(row + t) * C + j] = an;
-            a.u[(row + t - 1) * C + j] = st.v;
+            a.u[(row + t - 1) * C + j] = v;
             if (j == 0) {
                 a.ex[row + t] = w.E;
-                if (t >= 2) a.erm[row + t - 1] = st.em;
+                if (t >= 2) a.erm[row + t - 1] = em;
             }
         }
     }
-    mt_sync();
+    mt_bar_n(w.C2);
+}
+
+// Phase 2 of a block: steps k < n, one after the other.
+template <int MODE>
+__device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 EZ, double kz,
+                                          double& mu, double& ep) {
+    Blk bk;
+    bk.hf = 1.0;
+    bk.w1 = w.act ? __ldg(&w.p.wl[(i64)w.j * w.K]) : 0.0;
+    if (w.act && w.rfm[w.j] != 0.0) {
+        // The rebase of the entries is done: scale λ, note what it lost.
+        w.lam = mt_mulp2(w.lam * w.gm, w.gx);
+        const int nw = w.newest[w.j];
+        if (nw >= 0) {
+            w.lam = w.lam > mt_etiny() ? w.lam : mt_etiny();
+            w.last = w.last > nw ? w.last : nw;
+        }
+        w.gm = 1.0;
+        w.gim = 1.0;
+        w.gx = 0;
+        w.rfm[w.j] = 0.0;
+        w.newest[w.j] = -1;
+    }
+    for (int k = 0; k < n; ++k) mt_step<MODE>(w, bk, t0, k, r0 + k, EZ, kz, mu, ep);
+    if (w.act) {
+        if (w.gx > MT_RB || w.gx < -MT_RB) {
+            w.rfm[w.j] = w.gm;
+            w.rfx[w.j] = w.gx;
+        }
+        w.flo[w.j] = w.floor;
+    }
+}
+
+// Steps tfirst .. tlast of a sweep, in blocks of MT_P. Before it: A[0] and ER[0] hold the
+// row of step tfirst-1, and the label state is in the registers of threads j < C.
+template <int MODE>
+__device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, double& mu,
+                       double& ep, const double* oal, const double* ou, const i64* oex,
+                       const double* oerm) {
+    const int C = w.C, P = MT_P;
+    for (int t0 = tfirst; t0 <= tlast; t0 += P) {
+        const int n = tlast - t0 + 1 < P ? tlast - t0 + 1 : P;
+        const int r0 = (t0 - tfirst) % w.a.ch;
+        __syncthreads();
+        if (r0 == 0) w.stage(t0, MODE == MT_MARG, oal, ou, oex, oerm);
+        if (t0 > tfirst) {
+            // The last block's final row becomes row 0.
+            for (int x = threadIdx.x; x < C; x += blockDim.x) {
+                w.A[x] = w.A[P * C + x];
+                w.ER[x] = w.ER[P * C + x];
+            }
+            if (threadIdx.x == 0) w.anyer[0] = w.anyer[P];
+        }
+        mt_rebase(w, t0);
+        __syncthreads();
+        for (int x = threadIdx.x; x < P; x += blockDim.x) w.anyer[x + 1] = 0;
+        mt_phase1(w, t0, n);
+        __syncthreads();
+        if (threadIdx.x < w.C2) mt_phase2<MODE>(w, t0, n, r0, EZ, kz, mu, ep);
+        __syncthreads();
+        if (MODE == MT_MARG) mt_phase3(w, t0, n);
+        if (n < P) {
+            // A short last block: its final row where a full block's would be.
+            __syncthreads();
+            for (int x = threadIdx.x; x < C; x += blockDim.x) {
+                w.A[P * C + x] = w.A[n * C + x];
+                w.ER[P * C + x] = w.ER[n * C + x];
+            }
+        }
+    }
+    __syncthreads();
 }
 
 // Loads a sweep's state saved by the first kernel (the ring into `w.ring`).
 __device__ void mt_load(Sweep& w, const double* s) {
-    const int K = w.K, C = w.C;
-    for (i64 x = threadIdx.x; x < (i64)K * C; x += blockDim.x) w.ring[x] = s[x];
-    const double* q = s + (i64)K * C;
+    const int C = w.C;
+    const i64 rkc = (i64)w.RK * C;
+    for (i64 x = threadIdx.x; x < rkc; x += blockDim.x) w.ring[x] = s[x];
+    const double* q = s + rkc;
+    for (int x = threadIdx.x; x < C; x += blockDim.x) {
+        w.A[x] = q[6 * C + x];
+        w.ER[x] = q[7 * C + x];
+        w.rfm[x] = 0.0;
+        w.newest[x] = -1;
+        w.flo[x] = (int)q[5 * C + x];
+    }
+    if (threadIdx.x == 0) {
+        int any = 0;
+        for (int x = 0; x < C; ++x) any |= q[7 * C + x] > 0.0;
+        w.anyer[0] = any;
+    }
     if (w.act) {
-        w.G = q[w.j];
-        w.Gold = q[C + w.j];
-        w.Gi = q[2 * C + w.j];
+        w.gm = q[w.j];
+        w.gmo = q[C + w.j];
+        w.gim = q[2 * C + w.j];
         w.lam = q[3 * C + w.j];
         w.last = (int)q[4 * C + w.j];
         w.floor = (int)q[5 * C + w.j];
+        w.gx = (int)q[8 * C + w.j];
+        w.gxo = (int)q[9 * C + w.j];
+        if (w.gx > MT_RB || w.gx < -MT_RB) {
+            w.rfm[w.j] = w.gm;
+            w.rfx[w.j] = w.gx;
+        }
     }
-    const double* z = q + 8 * C;
+    const double* z = q + 10 * C;
     w.E = (i64)__double_as_longlong(z[0]);
     w.Eold = (i64)__double_as_longlong(z[1]);
-    w.tm = (int)z[2] % K;
 }
 
-// Saves a sweep's state after step t (the ring from `w.ring`).
-__device__ void mt_save(Sweep& w, double* s, int t) {
-    const int K = w.K, C = w.C;
-    for (i64 x = threadIdx.x; x < (i64)K * C; x += blockDim.x) s[x] = w.ring[x];
-    double* q = s + (i64)K * C;
-    if (w.act && w.l == 0) {
-        q[w.j] = w.G;
-        q[C + w.j] = w.Gold;
-        q[2 * C + w.j] = w.Gi;
+// Saves a sweep's state after its last step (the ring from `w.ring`, the last row from
+// A[P]). Label j's thread writes its registers.
+__device__ void mt_save(Sweep& w, double* s, int steps) {
+    const int C = w.C, P = MT_P;
+    const i64 rkc = (i64)w.RK * C;
+    for (i64 x = threadIdx.x; x < rkc; x += blockDim.x) s[x] = w.ring[x];
+    double* q = s + rkc;
+    if (w.act) {
+        q[w.j] = w.gm;
+        q[C + w.j] = w.gmo;
+        q[2 * C + w.j] = w.gim;
         q[3 * C + w.j] = w.lam;
         q[4 * C + w.j] = (double)w.last;
         q[5 * C + w.j] = (double)w.floor;
-        q[6 * C + w.j] = w.A[(t & 1) * C + w.j];
-        q[7 * C + w.j] = w.ER[(t & 1) * C + w.j];
+        q[6 * C + w.j] = w.A[P * C + w.j];
+        q[7 * C + w.j] = w.ER[P * C + w.j];
+        q[8 * C + w.j] = (double)w.gx;
+        q[9 * C + w.j] = (double)w.gxo;
     }
     if (threadIdx.x == 0) {
-        double* z = q + 8 * C;
+        double* z = q + 10 * C;
         z[0] = __longlong_as_double(w.E);
         z[1] = __longlong_as_double(w.Eold);
-        z[2] = (double)t;
+        z[2] = (double)steps;
     }
 }
 
@@ -665,15 +835,23 @@ __device__ void meet_a(const MArgs& a) {
     Sweep w(a, b, side, smem, false);
     mt_place<RS, false>(w, false);
     const int C = w.C, K = w.K;
-    if (threadIdx.x == 0) *w.flg = 0;
-    for (i64 x = threadIdx.x; x < (i64)K * C; x += blockDim.x) w.ring[x] = 0.0;
-    for (int x = threadIdx.x; x < 2 * C; x += blockDim.x) {
+    if (threadIdx.x == 0) {
+        *w.flg = 0;
+        w.anyer[0] = 0;
+    }
+    for (i64 x = threadIdx.x; x < (i64)w.RK * C; x += blockDim.x) w.ring[x] = 0.0;
+    for (int x = threadIdx.x; x < C; x += blockDim.x) {
         w.A[x] = 0.0;
         w.ER[x] = 0.0;
+        w.rfm[x] = 0.0;
+        w.newest[x] = -1;
+        w.flo[x] = 0;
     }
-    w.G = 1.0;
-    w.Gold = 1.0;
-    w.Gi = 1.0;
+    w.gm = 1.0;
+    w.gmo = 1.0;
+    w.gim = 1.0;
+    w.gx = 0;
+    w.gxo = 0;
     w.lam = 0.0;
     w.last = -1;
     w.floor = 0;
@@ -684,21 +862,13 @@ __device__ void meet_a(const MArgs& a) {
         a.ex[row] = 0;
         a.erm[row] = 0.0;
     }
-    __syncthreads();
     const int steps = side ? w.L - w.m + 1 : w.m;
     double mu = 0.0, ep = 0.0;
-    for (int t0 = 1; t0 <= steps; t0 += a.ch) {
-        __syncthreads();
-        w.stage(t0, false, nullptr, nullptr, nullptr, nullptr);
-        __syncthreads();
-        const int n = steps - t0 + 1 < a.ch ? steps - t0 + 1 : a.ch;
-        for (int r = 0; r < n; ++r) mt_step<MODE>(w, t0 + r, r, 0, 0.0, &mu, &ep);
-    }
-    __syncthreads();
+    mt_run<MODE>(w, 1, steps, 0, 0.0, mu, ep, nullptr, nullptr, nullptr, nullptr);
     if (MODE == MT_SAVE && threadIdx.x == 0) {
         // The last row's bound (the others were written at the next step).
         double em = 0.0;
-        for (int c = 0; c < C; ++c) em = em > w.ER[(steps & 1) * C + c] ? em : w.ER[(steps & 1) * C + c];
+        for (int c = 0; c < C; ++c) em = em > w.ER[MT_P * C + c] ? em : w.ER[MT_P * C + c];
         a.erm[row + steps] = em;
     }
     mt_save(w, a.st + ((i64)b * 2 + side) * state_len(K, C), steps);
@@ -706,15 +876,15 @@ __device__ void meet_a(const MArgs& a) {
     if (threadIdx.x == 0) atomicOr(&a.flag[b], *w.flg);
 }
 
-// Σ_{c=0..nc} wl[c]·ring[(r0 - c) mod K] (0 <= r0 < K, nc < K): two contiguous runs, four
-// partial sums each.
+// Σ_{c=0..nc} wl[c]·ring[(r0 - c) mod RK] (0 <= r0 < RK, nc < RK): two contiguous runs,
+// four partial sums each.
 __device__ __forceinline__ double mt_dot(const double* __restrict__ wl, const double* ring,
-                                         int nc, int r0, int K) {
+                                         int nc, int r0, int RK) {
     double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
     int c = 0;
     for (int seg = 0; seg < 2; ++seg) {
         const int hi = seg == 0 ? (nc < r0 ? nc : r0) : nc;
-        const double* base = ring + r0 + (seg == 0 ? 0 : K);
+        const double* base = ring + r0 + (seg == 0 ? 0 : RK);
         for (; c + 3 <= hi; c += 4) {
             s0 += __ldg(&wl[c]) * base[-c];
             s1 += __ldg(&wl[c + 1]) * base[-(c + 1)];
@@ -733,87 +903,86 @@ struct Met {
     bool lost;  // what underflow lost could matter
 };
 
-// The meet: Z and, in `w.zl`, each label's share Zd_j (relative to 2^EZ), from the two saved
-// states. The forward ring at time m and the reverse one at time L-m (G before its last
-// update). Every thread returns the same result.
-__device__ Met mt_meet(Sweep& w, const double* sf, const double* sr) {
-    const int K = w.K, C = w.C, L = w.L, m = w.m, tw = w.tw, l = w.l, j = w.j;
-    const double* qf = sf + (i64)K * C;
-    const double* qr = sr + (i64)K * C;
-    double* zz = w.zl;        // z_j (scaled by 2^-(kx+ky))
-    double* zk = w.zl + C;    // kx + ky (as a double), or a bound
-    if (w.act) {
-        const double gf = qf[j], gr = qr[C + j];
+// The meet: Z and, in `zl`, each label's share Zd_j (relative to 2^EZ), from the two saved
+// states: the forward ring at time m and the reverse one at time L-m (G before its last
+// update). Thread j sums label j; every thread returns the same result. `zl`: 3·C words of
+// shared scratch.
+__device__ Met mt_meet(Sweep& w, const double* sf, const double* sr, double* zl) {
+    const int K = w.K, RK = w.RK, C = w.C, L = w.L, m = w.m;
+    const double* qf = sf + (i64)RK * C;
+    const double* qr = sr + (i64)RK * C;
+    double* zz = zl;          // z_j (scaled by 2^-(kx+ky))
+    double* zk = zl + C;      // kx + ky
+    double* zb = zl + 2 * C;  // the bound on what underflow lost, likewise scaled
+    for (int j = threadIdx.x; j < C; j += blockDim.x) {
+        // The forward G after step m, the reverse G before its last update (mantissa, exponent).
+        const double gmf = qf[j], gmr = qr[C + j];
+        const int gxf = (int)qf[8 * C + j], gxr = (int)qr[9 * C + j];
         const int ff = (int)qf[5 * C + j], fr = (int)qr[5 * C + j];
-        const int na = (K < m - ff ? K : m - ff);             // starts m-a >= the window's start
+        const int na = (K < m - ff ? K : m - ff);                   // starts m-a >= window start
         const int ncr = (K - 1 < L - m - fr ? K - 1 : L - m - fr);  // ends m+c: c <= ncr
-        double mx = 0.0, my = 0.0, sxf = 0.0, syr = 0.0;
-        for (int a1 = 1 + l; a1 <= na; a1 += tw) {
-            const double x = sf[(i64)j * K + w.slot(m - a1)] * gf;
-            mx = mx > x ? mx : x;
-            sxf += x;
+        const double* rf = sf + (i64)j * RK;
+        const double* rr = sr + (i64)j * RK;
+        // Each side scaled by its largest entry: x_a = entry·gmf·2^-kxe, whose true value is
+        // x_a·2^(kxe + gxf); likewise y_c.
+        double mxe = 0.0, mye = 0.0;
+        for (int a1 = 1; a1 <= na; ++a1) {
+            const double x = rf[mt_mod(m - a1, RK)];
+            mxe = mxe > x ? mxe : x;
         }
-        for (int c = l; c <= ncr; c += tw) {
-            const double y = sr[(i64)j * K + w.slot(L - m - c)] * gr;
-            my = my > y ? my : y;
-            syr += y;
+        for (int c = 0; c <= ncr; ++c) {
+            const double y = rr[mt_mod(L - m - c, RK)];
+            mye = mye > y ? mye : y;
         }
-        const unsigned tm = w.tmask;
-        mx = team_max(mx, tw, tm);
-        my = team_max(my, tw, tm);
-        sxf = team_add(sxf, tw, tm);
-        syr = team_add(syr, tw, tm);
-        const int kx = mx > 0.0 ? ilogb(mx) : 0, ky = my > 0.0 ? ilogb(my) : 0;
-        const double sx = gf * mt_pow2(-kx), sy = gr * mt_pow2(-ky);
-        // Entries are at least 2^-500 and weights e^-100, so only x·s·sy can underflow, and
-        // only where both x and s are positive (`live`).
-        double z = 0.0, live = 0.0;
-        const double* rr = sr + (i64)j * K;
-        const int r0 = w.slot(L - m);  // the slot of end m (c = 0); end m+c at r0 - c (mod K)
-        for (int a1 = 1 + l; a1 <= na; a1 += tw) {
-            const double x = sf[(i64)j * K + w.slot(m - a1)] * sx;
+        const int kxe = mxe > 0.0 ? mt_expo(mxe) : 0, kye = mye > 0.0 ? mt_expo(mye) : 0;
+        const double sx = gmf * mt_pow2(-kxe), sy = gmr * mt_pow2(-kye);
+        const int r0 = mt_mod(L - m, RK);  // the slot of end m (c = 0); end m+c at r0 - c
+        // A product x·s·sy that underflows, or an x below the subnormals, is at most 2^-1000
+        // of the largest (x and y are scaled to at most 2): `under` bounds them all, where
+        // something is there to lose (`live`).
+        double z = 0.0, sxf = 0.0, syr = 0.0;
+        bool live = false;
+        for (int a1 = 1; a1 <= na; ++a1) {
+            const double x = rf[mt_mod(m - a1, RK)] * sx;
             const int nc = (K - a1 < ncr ? K - a1 : ncr);
-            const double s = mt_dot(w.p.wl + (i64)j * K + a1 - 1, rr, nc, r0, K);
+            const double s = mt_dot(w.p.wl + (i64)j * K + a1 - 1, rr, nc, r0, RK);
             z += x * s * sy;
-            if (x > 0.0 && s > 0.0) live = 1.0;
+            sxf += x;
+            live |= x > 0.0 && s > 0.0;
         }
-        z = team_add(z, tw, tm) * __ldg(&w.p.emd[j]);
-        live = team_max(live, tw, tm);
-        // What underflow lost: lost entries (λ) and products below the normal range.
-        const double lf = (qf[4 * C + j] >= m - K && qf[3 * C + j] > 0.0) ? qf[3 * C + j] * gf * K : 0.0;
-        const double lr = (qr[4 * C + j] >= L - m - K && qr[3 * C + j] > 0.0) ? qr[3 * C + j] * gr * K : 0.0;
-        const double under = live > 0.0 ? (double)K * K * 0x1p-1000 : 0.0;
-        const double ebound = __ldg(&w.p.emd[j]) *
-                              (mt_pow2(-kx) * mt_pow2(-ky) * (lf * (syr + lr) + sxf * lr) + under);
-        if (l == 0) {
-            zz[j] = z;
-            zk[j] = (double)(kx + ky);
-            w.ER[j] = ebound;  // scratch until the sweep resumes
-        }
+        for (int c = 0; c <= ncr; ++c) syr += rr[mt_mod(L - m - c, RK)] * sy;
+        const double emd = __ldg(&w.p.emd[j]);
+        // Lost entries (λ, in entry units), in the same scaled units.
+        const double lf = (qf[4 * C + j] >= m - K && qf[3 * C + j] > 0.0) ? qf[3 * C + j] * sx * K : 0.0;
+        const double lr = (qr[4 * C + j] >= L - m - K && qr[3 * C + j] > 0.0) ? qr[3 * C + j] * sy * K : 0.0;
+        const double under = live ? (double)K * K * 0x1p-1000 : 0.0;
+        zz[j] = z * emd;
+        zk[j] = (double)(kxe + gxf + kye + gxr);
+        zb[j] = emd * (lf * (syr + lr) + sxf * lr + under);
     }
     __syncthreads();
     // Every thread combines the labels in order.
     int top = -100000;
     for (int c = 0; c < C; ++c)
         if (zz[c] > 0.0) {
-            const int k = (int)zk[c] + ilogb(zz[c]);
+            const int k = (int)zk[c] + mt_expo(zz[c]);
             top = top > k ? top : k;
         }
     if (top == -100000) top = 0;
     double z = 0.0, err = 0.0;
     for (int c = 0; c < C; ++c) {
         z += mt_scale(zz[c], (i64)zk[c] - top);
-        err += mt_scale(w.ER[c], (i64)zk[c] - top);
+        err += mt_scale(zb[c], (i64)zk[c] - top);
     }
-    const i64 Ef = (i64)__double_as_longlong(qf[8 * C]);
-    const i64 Er = (i64)__double_as_longlong(qr[8 * C + 1]);
+    const i64 Ef = (i64)__double_as_longlong(qf[10 * C]);
+    const i64 Er = (i64)__double_as_longlong(qr[10 * C + 1]);
     Met r;
     r.z = z;
     r.EZ = Ef + Er + top;
     r.lost = err > mt_err() * z;
     __syncthreads();
     // Each label's share relative to 2^EZ, for the position marginal at m-1.
-    if (w.act && l == 0) zz[j] = mt_scale(zz[j], (i64)zk[j] - top);
+    for (int j = threadIdx.x; j < C; j += blockDim.x) zz[j] = mt_scale(zz[j], (i64)zk[j] - top);
     __syncthreads();
     return r;
 }
@@ -825,7 +994,7 @@ __device__ void meet_z(const MArgs& a) {
     Sweep w(a, b, 0, smem, false);
     const i64 sl = state_len(w.K, w.C);
     const double* sf = a.st + ((i64)b * 2) * sl;
-    const Met r = mt_meet(w, sf, sf + sl);
+    const Met r = mt_meet(w, sf, sf + sl, w.sF);
     if (threadIdx.x == 0) {
         a.out[2 * b] = r.z > 0.0 ? log(r.z) + (double)r.EZ * 0.69314718055994530942 : neg_inf();
         a.out[2 * b + 1] = 0.0;
@@ -846,7 +1015,8 @@ __device__ void meet_b(const MArgs& a) {
     const double* sf = a.st + ((i64)b * 2) * sl;
     const double* sr = sf + sl;
     if (threadIdx.x == 0) *w.flg = 0;
-    const Met r = mt_meet(w, sf, sr);
+    double* zl = w.sF;  // scratch until the first staging
+    const Met r = mt_meet(w, sf, sr, zl);
     const double kz = 1.0 / r.z;
     const double g = a.up[b];
     if (r.lost && threadIdx.x == 0) *w.flg |= 4;
@@ -857,7 +1027,8 @@ __device__ void meet_b(const MArgs& a) {
     const double* oerm = a.erm + orow;
     // The meet's own marginals: E_m, B_{m-1}, the segment (m-1, 1), μ_{m-1}.
     const i64 rowf = ((i64)b * 2) * a.H, rowr = ((i64)b * 2 + 1) * a.H;
-    double mu = 0.0, ep = 0.0;
+    const i64 kc = (i64)K * C, rkc = (i64)w.RK * C;
+    double mu = 0.0, ep = 0.0, d1 = 0.0;
     if (w.act) {
         const int j = w.j;
         const double emv = mt_scale(kz, a.ex[rowf + m] + a.ex[rowr + L - m] - r.EZ) *
@@ -866,61 +1037,47 @@ __device__ void meet_b(const MArgs& a) {
         const double bmv = mt_scale(kz, a.ex[rowf + m - 1] + a.ex[rowr + L - m + 1] - r.EZ) *
                            a.u[(rowf + m - 1) * C + j] * a.alpha[(rowr + L - m + 1) * C + j] *
                            __ldg(&Par(a, 0).emt[j]);
-        mu = w.zl[j] * kz;
+        mu = zl[j] * kz;
         ep = side ? bmv : emv;
-        if (side == 0 && w.l == 0) {
+        if (side == 0) {
             const i64 o = ((i64)b * a.T + m - 1) * C + j;
             a.gsc[o] = g * mu;
             a.gbb[o] = bmv;
             if (a.geb) a.geb[o] = g * emv;  // end at m: end_boundary[m-1]
             if (m == 1) a.pst[(i64)b * C + j] = bmv;
             if (m == L) a.pen[(i64)b * C + j] = emv;
-        }
-    }
-    // Accumulators, the own ring and state.
-    const i64 kc = (i64)K * C;
-    for (i64 x = threadIdx.x; x < kc + (i64)C * C; x += blockDim.x) w.accd[x] = 0.0;
-    mt_load(w, side ? sr : sf);
-    const double* qs = (side ? sr : sf) + kc;
-    for (int x = threadIdx.x; x < C; x += blockDim.x) {
-        const int t = side ? L - m + 1 : m;
-        w.A[(t & 1) * C + x] = qs[6 * C + x];
-        w.ER[(t & 1) * C + x] = qs[7 * C + x];
-    }
-    __syncthreads();
-    if (side == 0 && w.act && w.l == 0) {
-        // The segment (m-1, 1, j): the a = 1, c = 0 term of the meet.
-        const int j = w.j;
-        if ((int)sf[kc + 5 * C + j] <= m - 1 && (int)sr[kc + 5 * C + j] <= L - m) {
-            const double x = sf[(i64)j * K + w.slot(m - 1)] * sf[kc + j];
-            const double y = sr[(i64)j * K + w.slot(L - m)] * sr[kc + C + j];
-            if (x > 0.0 && y > 0.0) {
-                const int kx = ilogb(x), ky = ilogb(y);
-                const double v = mt_scale(x, -kx) * mt_scale(y, -ky) * w.w1 *
-                                 __ldg(&w.p.emd[j]) * kz;
-                w.accd[(i64)j * K] =
-                    mt_scale(v, (i64)kx + ky + (i64)__double_as_longlong(sf[kc + 8 * C]) +
-                                    (i64)__double_as_longlong(sr[kc + 8 * C + 1]) - r.EZ);
+            // The segment (m-1, 1, j): the a = 1, c = 0 term of the meet.
+            if ((int)sf[rkc + 5 * C + j] <= m - 1 && (int)sr[rkc + 5 * C + j] <= L - m) {
+                const double x = sf[(i64)j * w.RK + mt_mod(m - 1, w.RK)];
+                const double y = sr[(i64)j * w.RK + mt_mod(L - m, w.RK)];
+                if (x > 0.0 && y > 0.0) {
+                    const int kx = mt_expo(x), ky = mt_expo(y);
+                    const double v = mt_pow2(-kx) * x * sf[rkc + j] * mt_pow2(-ky) * y *
+                                     sr[rkc + C + j] * __ldg(&w.p.wl[(i64)j * K]) *
+                                     __ldg(&w.p.emd[j]) * kz;
+                    const i64 n = (i64)kx + ky + (int)sf[rkc + 8 * C + j] +
+                                  (int)sr[rkc + 9 * C + j] +
+                                  (i64)__double_as_longlong(sf[rkc + 10 * C]) +
+                                  (i64)__double_as_longlong(sr[rkc + 10 * C + 1]) - r.EZ;
+                    d1 = mt_scale(v, n);
+                }
             }
         }
     }
     __syncthreads();
+    // Accumulators, the own ring and state.
+    for (i64 x = threadIdx.x; x < kc + (i64)C * C; x += blockDim.x) w.accd[x] = 0.0;
+    mt_load(w, side ? sr : sf);
+    __syncthreads();
+    if (w.act) w.accd[(i64)w.j * K] = d1;
     const int first = side ? L - m + 2 : m + 1;
-    if (r.z > 0.0) {
-        for (int t0 = first; t0 <= L; t0 += a.ch) {
-            __syncthreads();
-            w.stage(t0, true, oal, ou, oex, oerm);
-            __syncthreads();
-            const int n = L - t0 + 1 < a.ch ? L - t0 + 1 : a.ch;
-            for (int rr = 0; rr < n; ++rr) mt_step<MT_MARG>(w, t0 + rr, rr, r.EZ, kz, &mu, &ep);
-        }
-    }
+    if (r.z > 0.0) mt_run<MT_MARG>(w, first, L, r.EZ, kz, mu, ep, oal, ou, oex, oerm);
     __syncthreads();
     // The accumulators out, the reverse sweep's transitions transposed.
     double* pd = a.pdur + ((i64)b * 2 + side) * kc;
     for (i64 x = threadIdx.x; x < kc; x += blockDim.x) {
-        const i64 d1 = x / C, c = x % C;
-        pd[x] = r.z > 0.0 ? w.accd[c * K + d1] : 0.0;
+        const i64 d0 = x / C, c = x % C;
+        pd[x] = r.z > 0.0 ? w.accd[c * K + d0] : 0.0;
     }
     double* pt = a.ptr + ((i64)b * 2 + side) * C * C;
     for (i64 x = threadIdx.x; x < (i64)C * C; x += blockDim.x) {

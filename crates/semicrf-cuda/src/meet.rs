@@ -45,7 +45,6 @@ pub(crate) struct MArgs {
     pub k: i64,
     pub c: i64,
     pub h: i64,
-    pub tw: i32,
     pub ch: i32,
     pub f32in: i32,
 }
@@ -53,9 +52,12 @@ pub(crate) struct MArgs {
 // SAFETY: a plain `repr(C)` block of integers, laid out as the kernels' `struct MArgs`.
 unsafe impl DeviceRepr for MArgs {}
 
-/// The most labels the kernels take (one team of at least one lane per label, at most
-/// [`MAX_THREADS`] threads a block); more labels run in the log domain.
-pub(crate) const MAX_LABELS: usize = 512;
+/// Steps a block of the kernels' sweeps (`MT_P` of `kernels/meet.cu`).
+pub(crate) const P: usize = 8;
+
+/// The most labels the kernels take (one thread a label in phase 2, and their shared memory
+/// grows with the labels: about 0.8 KB each); more labels run in the log domain.
+pub(crate) const MAX_LABELS: usize = 256;
 
 /// The most threads a block of these kernels has (their `__launch_bounds__`).
 pub(crate) const MAX_THREADS: usize = 512;
@@ -64,43 +66,32 @@ pub(crate) const MAX_THREADS: usize = 512;
 /// and boundaries against the same bound, `MT_RANGE`).
 const RANGE: f64 = 50.0;
 
-/// Window terms per lane the plan aims at: `SEMICRF_CUDA_ITEMS` (for tuning), else 16.
-fn items_per_lane() -> usize {
+/// Window terms per thread and block of steps the plan aims at in phases 1 and 3:
+/// `SEMICRF_CUDA_ITEMS` (for tuning), else 32.
+fn items_per_thread() -> usize {
     std::env::var("SEMICRF_CUDA_ITEMS")
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|&n: &usize| n >= 1)
-        .unwrap_or(16)
+        .unwrap_or(32)
 }
 
-/// Lanes per team and threads per block for `K`, `C`, or `None` beyond [`MAX_LABELS`]: as
-/// few warps as keep about [`items_per_lane`] window terms per lane (one warp for a window
-/// of up to 512 terms, whose barrier is the cheap warp barrier), and teams as wide as one
-/// team per label allows, but no wider than the window.
-pub(crate) fn plan(k: usize, c: usize) -> Option<(usize, usize)> {
-    plan_with(k, c, items_per_lane())
+/// Threads per block for `K`, `C`, or `None` beyond [`MAX_LABELS`]: enough that phases 1
+/// and 3 (P·K·C window terms a block of steps) give each thread about
+/// [`items_per_thread`] of them, at least one thread a label (whole warps), at most
+/// [`MAX_THREADS`].
+pub(crate) fn plan(k: usize, c: usize) -> Option<usize> {
+    plan_with(k, c, items_per_thread())
 }
 
-/// [`plan`] for a given number of window terms per lane.
-pub(crate) fn plan_with(k: usize, c: usize, items: usize) -> Option<(usize, usize)> {
+/// [`plan`] for a given number of window terms per thread.
+pub(crate) fn plan_with(k: usize, c: usize, items: usize) -> Option<usize> {
     if c == 0 || c > MAX_LABELS {
         return None;
     }
-    let per_warp = 32 * items;
-    let warps = (k * c)
-        .div_ceil(per_warp)
-        .next_power_of_two()
-        .max(c.div_ceil(32).next_power_of_two())
-        .clamp(1, MAX_THREADS / 32);
-    let threads = warps * 32;
-    let mut tw = 32;
-    while tw > 1 && threads / tw < c {
-        tw /= 2;
-    }
-    while tw > 1 && tw / 2 >= k {
-        tw /= 2;
-    }
-    Some((tw, threads))
+    let labels = c.div_ceil(32) * 32;
+    let want = (P * k * c).div_ceil(items).next_power_of_two();
+    Some(want.clamp(32, MAX_THREADS).max(labels))
 }
 
 /// Where a launch keeps what.
@@ -123,12 +114,17 @@ pub(crate) struct Layout {
 pub(crate) fn layout(k: usize, c: usize, limit: usize, marg: bool) -> Layout {
     let words = limit / 8;
     let kc = k * c;
+    let ring_words = (k + P) * c;
     let acc = if marg { kc + c * c } else { 0 };
-    let base = |ch: usize| 6 * c + 2 + 4 * ch * c + if marg { 2 * ch * c + 4 * ch } else { 0 };
-    let top = (4096 / c.max(1)).clamp(1, 64);
-    let chs: Vec<usize> = (0..7).map(|i| 64 >> i).filter(|&ch| ch <= top).collect();
+    // The kernels' header (`Sweep`): α̃ rows and bounds, H, G·Q0, cB, the block's entries,
+    // the rebase factors, then the int words (row flags, window starts, rebase exponents,
+    // flags).
+    let header = 2 * (P + 1) * c + 4 * P * c + c + (P + 4 + P * c + 3 * c) / 2;
+    let base = |ch: usize| header + 4 * ch * c + if marg { 2 * ch * c + 4 * ch } else { 0 };
+    let top = (4096 / c.max(1)).clamp(P, 64);
+    let chs: Vec<usize> = (0..4).map(|i| 64 >> i).filter(|&ch| ch <= top).collect();
     let fits = |ch: usize, ring: bool, acc_in: bool| {
-        base(ch) + if ring { kc } else { 0 } + if acc_in { acc } else { 0 } <= words
+        base(ch) + if ring { ring_words } else { 0 } + if acc_in { acc } else { 0 } <= words
     };
     let prefs: &[(bool, bool)] = if marg {
         &[(true, true), (false, true), (true, false), (false, false)]
@@ -136,11 +132,10 @@ pub(crate) fn layout(k: usize, c: usize, limit: usize, marg: bool) -> Layout {
         &[(true, false), (false, false)]
     };
     for &(ring, acc_in) in prefs {
-        // At least 8 steps staged unless nothing else fits.
         for &ch in &chs {
-            if (ch >= 8 || (!ring && !acc_in)) && fits(ch, ring, acc_in) {
-                let bytes =
-                    8 * (base(ch) + if ring { kc } else { 0 } + if acc_in { acc } else { 0 });
+            if fits(ch, ring, acc_in) {
+                let bytes = 8
+                    * (base(ch) + if ring { ring_words } else { 0 } + if acc_in { acc } else { 0 });
                 return Layout {
                     ch,
                     ring,
@@ -151,10 +146,10 @@ pub(crate) fn layout(k: usize, c: usize, limit: usize, marg: bool) -> Layout {
         }
     }
     Layout {
-        ch: 1,
+        ch: P,
         ring: false,
         acc: false,
-        bytes: 8 * base(1),
+        bytes: 8 * base(P),
     }
 }
 
@@ -218,7 +213,7 @@ pub(crate) fn rows(t: usize) -> usize {
 
 /// Words of a sweep's saved state (`state_len` of the kernels).
 pub(crate) fn state_words(k: usize, c: usize) -> usize {
-    k * c + 8 * c + 4
+    (k + P) * c + 10 * c + 4
 }
 
 /// Device bytes of the kernels' own buffers for `shape` (`backward`: with the saved rows,
@@ -233,7 +228,7 @@ pub(crate) fn bytes(shape: Shape, backward: bool, lay: Layout, eb: bool) -> Byte
         + ByteCount::f64s(&[2, b])
         + ByteCount::bytes(&[4, b]);
     if !lay.ring {
-        n = n + ByteCount::f64s(&[b, 2, k, c]);
+        n = n + ByteCount::f64s(&[b, 2, k + P, c]);
     }
     if backward {
         n = n
@@ -279,7 +274,6 @@ impl<'g> Call<'g> {
     /// The kernels' argument block with the inputs filled in.
     fn margs(&self, par: &CudaSlice<f64>, b: &Bufs) -> MArgs {
         let sh = self.shape;
-        let (tw, _) = self.meet_plan.expect("the meet kernels have a plan");
         MArgs {
             sc: self.sc.ptr(&self.gpu.stream),
             bb: self.bb.as_ref().map_or(0, |x| x.ptr(&self.gpu.stream)),
@@ -295,13 +289,12 @@ impl<'g> Call<'g> {
             k: sh.max_duration as i64,
             c: sh.labels as i64,
             h: rows(sh.len) as i64,
-            tw: tw as i32,
             ..MArgs::default()
         }
     }
 
     fn meet_launch(&self, kernel: &str, grid: usize, lay: Layout, args: &MArgs) -> Result<()> {
-        let (_, threads) = self.meet_plan.expect("the meet kernels have a plan");
+        let threads = self.meet_plan.expect("the meet kernels have a plan");
         if lay.bytes > self.gpu.smem_limit {
             return Err(Error::Unsupported {
                 backend: self.backend.into(),
@@ -348,7 +341,7 @@ impl<'g> Call<'g> {
             ring: if lay.ring {
                 None
             } else {
-                Some(self.zeros::<f64>(b * 2 * k * c)?)
+                Some(self.zeros::<f64>(b * 2 * (k + P) * c)?)
             },
             out: self.zeros::<f64>(2 * b)?,
             flag: self.zeros::<i32>(b)?,
@@ -455,17 +448,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_plan_has_a_team_per_label_in_whole_warps() {
+    fn every_plan_has_a_thread_per_label_in_whole_warps() {
         for k in [1, 2, 3, 7, 31, 63, 64, 100, 127, 200, 1000] {
-            for c in [1, 3, 4, 5, 8, 24, 33, 100, 512] {
-                let (tw, threads) = plan(k, c).unwrap();
-                assert!(tw.is_power_of_two() && tw <= 32, "{k} {c}");
+            for c in [1, 3, 4, 5, 8, 24, 33, 100, MAX_LABELS] {
+                let threads = plan(k, c).unwrap();
                 assert_eq!(threads % 32, 0);
                 assert!((32..=MAX_THREADS).contains(&threads));
-                assert!(threads / tw >= c, "{k} {c}: {tw} {threads}");
+                assert!(threads >= c, "{k} {c}: {threads}");
             }
         }
-        assert_eq!(plan(5, 513), None);
+        assert_eq!(plan(5, MAX_LABELS + 1), None);
+        assert_eq!(plan_with(127, 4, 32), Some(128));
     }
 
     #[test]
@@ -475,23 +468,23 @@ mod tests {
             (127, 4),
             (100, 24),
             (1000, 24),
-            (1, 512),
-            (1000, 512),
+            (1, MAX_LABELS),
+            (1000, MAX_LABELS),
         ] {
             for marg in [false, true] {
                 let lay = layout(k, c, 227 * 1024, marg);
-                assert!(lay.ch >= 1);
-                if lay.ring || lay.acc || lay.ch > 1 {
-                    assert!(lay.bytes <= 227 * 1024, "{k} {c} {marg}: {lay:?}");
-                }
+                assert!(lay.bytes <= 227 * 1024, "{k} {c} {marg}: {lay:?}");
             }
         }
         let s5 = layout(127, 4, 227 * 1024, true);
         assert!(s5.ring && s5.acc && s5.ch == 64, "{s5:?}");
-        // S8: only one of the ring (192 KB) and the accumulators fits; the accumulators win.
+        // S8: only one of the ring (194 KB) and the accumulators fits; the accumulators win.
         let s8 = layout(1000, 24, 227 * 1024, true);
         assert!(!s8.ring && s8.acc, "{s8:?}");
         assert!(layout(1000, 24, 227 * 1024, false).ring);
+        for lay in [s5, s8] {
+            assert_eq!(lay.ch % P, 0);
+        }
     }
 
     #[test]

@@ -186,7 +186,8 @@ pub(crate) fn bytes(
     let rings = |w: usize| ByteCount::f64s(&[w, b, k, c]);
     let t1 = t.saturating_add(1);
     let lists = ByteCount::bytes(&[4, b]);
-    let meet = meet && !dd && meet::plan(k, c).is_some();
+    let fits = |marg| meet::layout(k, c, smem_limit, marg).bytes <= smem_limit;
+    let meet = meet && !dd && meet::plan(k, c).is_some() && fits(false) && fits(true);
     let work = match what {
         What::Forward(Ring::Entropy) => rings(if dd { 4 } else { 2 }) + ByteCount::f64s(&[2, b]),
         What::Forward(_) if meet => {
@@ -265,8 +266,8 @@ pub(crate) struct Call<'g> {
     /// The prepared parameters of `kernels/meet.cu` (`meet::params`), when the log
     /// semiring's static forward and backward may run there.
     par: Option<CudaSlice<f64>>,
-    /// Their lanes per team and threads per block.
-    pub(crate) meet_plan: Option<(usize, usize)>,
+    /// Their threads per block.
+    pub(crate) meet_plan: Option<usize>,
 }
 
 /// A `(B, T, C)` input on the device: `f32` input as it is (the kernels widen each value
@@ -329,7 +330,9 @@ impl<'g> Call<'g> {
         let en: Vec<f64> = (0..c).map(|j| p.end_at(j)).collect();
         let len: Vec<i64> = p.lengths().iter().map(|&l| l as i64).collect();
         let (team, threads) = plan(k, c);
-        let meet_plan = meet::plan(k, c).filter(|_| meet && !dd);
+        // The kernels of `kernels/meet.cu` where their shared memory fits this device.
+        let fits = |marg| meet::layout(k, c, gpu.smem_limit, marg).bytes <= gpu.smem_limit;
+        let meet_plan = meet::plan(k, c).filter(|_| meet && !dd && fits(false) && fits(true));
         let par = match meet_plan.and_then(|_| meet::params(&tr, &dur, &st, &en, k, c)) {
             Some(v) => Some(up(&v)?),
             None => None,
