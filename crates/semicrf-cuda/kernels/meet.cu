@@ -106,13 +106,11 @@ __device__ __forceinline__ double mt_pow2(int e) {
     return __longlong_as_double((long long)(1023 + e) << 52);
 }
 
-// x · 2^n, exactly unless the result leaves the range, for any int n (in four factors
-// beyond ±1000).
+// x · 2^n for -1022 <= n <= 1023, exactly unless the result leaves the range. The kernels'
+// exponents stay well within: a label's G within 2^±600 (a rebase at 2^±300, a step moves
+// it at most 2^±(256+73)).
 __device__ __forceinline__ double mt_mulp2(double x, int n) {
-    if (n >= -1000 && n <= 1000) return x * mt_pow2(n);
-    n = n < -4000 ? -4000 : n > 4000 ? 4000 : n;
-    const int q = n / 4;
-    return x * mt_pow2(q) * mt_pow2(q) * mt_pow2(q) * mt_pow2(n - 3 * q);
+    return x * mt_pow2(n < -1022 ? -1022 : n > 1023 ? 1023 : n);
 }
 
 // x · 2^n for any n (0 below the subnormals, inf above the range).
@@ -222,7 +220,7 @@ struct Sweep {
     int gx, gxo, last, floor;
     i64 E, Eold;
     // shared memory
-    double *A, *ER, *H, *gq, *cbs, *ebk, *rfm;
+    double *A, *ER, *H, *gq, *cbs, *ebk, *tl, *wd, *rfm;
     int *anyer, *lo, *flo, *newest, *rfx, *flg;
     double *sF, *sFi, *sB, *sX;
     double *oA, *oU, *oEa, *oEu, *oRa, *oRu;
@@ -255,6 +253,10 @@ struct Sweep {
         q += P * C;
         ebk = q;  // the entries of this block's starts t0-1+k, [k·C + j]
         q += P * C;
+        tl = q;  // the side's Tl [i·C + j]
+        q += C * C;
+        wd = q;  // Wl[j, d] for d = 1..P+1, [(d-1)·C + j]
+        q += (P + 1) * C;
         rfm = q;
         q += C;
         // int words: anyer (P+1), lo (P·C), flo, newest, rfx (C each), flag (2)
@@ -369,6 +371,17 @@ __device__ __forceinline__ void mt_place(Sweep& w, bool marg) {
     }
 }
 
+// The side's Tl and the first P+1 duration weights into shared memory (all threads; the
+// caller synchronises).
+__device__ void mt_params(Sweep& w) {
+    const int C = w.C, K = w.K;
+    for (int x = threadIdx.x; x < C * C; x += blockDim.x) w.tl[x] = __ldg(&w.p.tl[x]);
+    for (int x = threadIdx.x; x < (MT_P + 1) * C; x += blockDim.x) {
+        const int d = x / C + 1, j = x % C;
+        w.wd[x] = d <= K ? __ldg(&w.p.wl[j * K + d - 1]) : 0.0;
+    }
+}
+
 // The rebase of every label whose thread set rfm[j], rfx[j] (its G) at the end of the last
 // block: the entries of starts lo .. t0-2 that later steps may read are multiplied by G (all
 // threads); the newest start whose entry fell below 2^-800 goes to newest[j].
@@ -395,12 +408,14 @@ __device__ void mt_rebase(Sweep& w, int t0) {
 
 // Phase 1: H[k][j] = Σ entry_s(j)·Wl[j, t-s] over starts max(t-K, window start, 0) <= s <=
 // t0-2, for the steps t = t0 + k < t0 + n. Groups of gp lanes (a power of two, at most K and
-// 32) split each sum, and every warp runs the same number of rounds.
+// 32) split each sum, lane l taking starts t0-2-l, t0-2-l-gp, ...; every warp runs the same
+// number of rounds. The ring wraps at most once over a window: two runs of slots.
 __device__ void mt_phase1(Sweep& w, int t0, int n) {
     const int K = w.K, RK = w.RK, C = w.C, P = MT_P, nt = blockDim.x;
     int gp = 1;
     while (gp * 2 <= 32 && gp * 2 <= K && gp * 2 * P * C <= nt) gp *= 2;
     const int g = threadIdx.x / gp, l = threadIdx.x % gp, groups = nt / gp;
+    const int hi = t0 - 2, sh = mt_mod(hi, RK);  // the newest start and its slot
     for (int q0 = 0; q0 < P * C; q0 += groups) {
         const int q = q0 + g;
         const int k = q / C, j = q % C;
@@ -409,17 +424,24 @@ __device__ void mt_phase1(Sweep& w, int t0, int n) {
             const int t = t0 + k;
             int lo = t - K > w.flo[j] ? t - K : w.flo[j];
             lo = lo > 0 ? lo : 0;
-            const double* rj = w.ring + (i64)j * RK;
-            const double* wl = w.p.wl + (i64)j * K;
-            int s = t0 - 2 - l;
-            int idx = s >= lo ? mt_mod(s, RK) : 0;
-            for (; s - gp >= lo; s -= 2 * gp) {
-                const int i2 = idx - gp < 0 ? idx - gp + RK : idx - gp;
-                s0 += rj[idx] * __ldg(&wl[t - s - 1]);
-                s1 += rj[i2] * __ldg(&wl[t - s + gp - 1]);
-                idx = i2 - gp < 0 ? i2 - gp + RK : i2 - gp;
+            int s = hi - l;
+            const double* wp = w.p.wl + j * K + (t - s - 1);  // Wl[j, t-s]
+            const double* rp = w.ring + j * RK + (sh - l);    // the slot of s before the wrap
+            for (int seg = 0; seg < 2; ++seg) {
+                // Starts down to `stop` have slots rp - (s - start) >= the run's first.
+                const int stop = seg == 0 ? (lo > hi - sh ? lo : hi - sh) : lo;
+                for (; s - gp >= stop; s -= 2 * gp, rp -= 2 * gp, wp += 2 * gp) {
+                    s0 += rp[0] * __ldg(wp);
+                    s1 += rp[-gp] * __ldg(wp + gp);
+                }
+                if (s >= stop) {
+                    s0 += rp[0] * __ldg(wp);
+                    s -= gp;
+                    rp -= gp;
+                    wp += gp;
+                }
+                rp += RK;
             }
-            if (s >= lo) s0 += rj[idx] * __ldg(&wl[t - s - 1]);
         }
         double h = s0 + s1;
         for (int off = gp >> 1; off > 0; off >>= 1) h += __shfl_xor_sync(0xffffffffu, h, off, gp);
@@ -509,43 +531,43 @@ __device__ __forceinline__ void mt_rebase_self(Sweep& w, Blk& bk, int t0, int k,
 // Phase 2, step t = t0 + k of thread j (staged row r). `mu`, `ep`: the running position
 // marginal and the last end marginal (second halves).
 template <int MODE>
-__device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r, i64 EZ,
-                                        double kz, double& mu, double& ep) {
+__device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r, int slot,
+                                        i64 EZ, double kz, double& mu, double& ep) {
     const MArgs& a = w.a;
     const int K = w.K, C = w.C, j = w.j, t = t0 + k;
     const int nd = t < K ? t : K;
     const double* Ap = w.A + k * C;
-    const double* ERp = w.ER + k * C;
     double v = 0.0, ev = 0.0, mx = 0.0, em = 0.0;
     if (t == 1) {
         v = w.u0;
     } else {
         // The transition step: every thread reads the whole row (the same maxima everywhere).
         double v1 = 0.0, m1 = 0.0;
-        const double* tl = w.p.tl + (w.act ? j : 0);
+        const double* tl = w.tl + (w.act ? j : 0);
         int i = 0;
         for (; i + 1 < C; i += 2) {
             const double x0 = Ap[i], x1 = Ap[i + 1];
-            v += x0 * __ldg(&tl[(i64)i * C]);
-            v1 += x1 * __ldg(&tl[(i64)(i + 1) * C]);
+            v += x0 * tl[i * C];
+            v1 += x1 * tl[(i + 1) * C];
             mx = mx > x0 ? mx : x0;
             m1 = m1 > x1 ? m1 : x1;
         }
         if (i < C) {
             const double x0 = Ap[i];
-            v += x0 * __ldg(&tl[(i64)i * C]);
+            v += x0 * tl[i * C];
             mx = mx > x0 ? mx : x0;
         }
         v += v1;
         mx = mx > m1 ? mx : m1;
         if (w.anyer[k]) {
+            const double* ERp = w.ER + k * C;
             for (int i2 = 0; i2 < C; ++i2) {
                 const double e = ERp[i2];
-                ev += e * __ldg(&tl[(i64)i2 * C]);
+                ev += e * tl[i2 * C];
                 em = em > e ? em : e;
             }
+            if (em > mt_err() * mx && j == 0) atomicOr(w.flg, 4);
         }
-        if (em > mt_err() * mx && j == 0) atomicOr(w.flg, 4);
     }
     int e = 0;
     if (t >= 2 && mx > 0.0) {
@@ -563,15 +585,16 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
         // The window: H (entries before t0-1) and this block's entries t0-1 .. t-2.
         double s = bk.hf == 0.0 ? 0.0 : bk.hf * w.H[k * C + j];
         {
-            // d = k - kk + 1 >= 2, at most K.
-            const double* wl = w.p.wl + (i64)j * K;
+            // Entry kk has d = k - kk + 1 >= 2; wd holds 0 beyond K.
+            const double* eb = w.ebk + j;
+            const double* wd = w.wd + k * C + j;  // Wl[j, k+1] (kk = 0)
             double s1 = 0.0;
-            int kk = k - 1 < K - 1 ? 0 : k - K + 1;
+            int kk = 0;
             for (; kk + 1 < k; kk += 2) {
-                s += w.ebk[kk * C + j] * __ldg(&wl[k - kk]);
-                s1 += w.ebk[(kk + 1) * C + j] * __ldg(&wl[k - kk - 1]);
+                s += eb[kk * C] * wd[-kk * C];
+                s1 += eb[(kk + 1) * C] * wd[-(kk + 1) * C];
             }
-            if (kk < k) s += w.ebk[kk * C + j] * __ldg(&wl[k - kk]);
+            if (kk < k) s += eb[kk * C] * wd[-kk * C];
             s += s1;
         }
         // The marginal factors (second halves).
@@ -674,7 +697,7 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
         w.A[(k + 1) * C + j] = an;
         w.ER[(k + 1) * C + j] = ern;
         if (ern > 0.0) atomicOr(&w.anyer[k + 1], 1);
-        w.ring[(i64)j * w.RK + mt_mod(t - 1, w.RK)] = entry;
+        w.ring[j * w.RK + slot] = entry;
         if (MODE == MT_SAVE) {
             const i64 row = ((i64)w.b * 2 + w.side) * a.H;
             a.alpha[(row + t) * C + j] = an;
@@ -694,7 +717,7 @@ __device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 E
                                           double& mu, double& ep) {
     Blk bk;
     bk.hf = 1.0;
-    bk.w1 = w.act ? __ldg(&w.p.wl[(i64)w.j * w.K]) : 0.0;
+    bk.w1 = w.act ? w.wd[w.j] : 0.0;
     if (w.act && w.rfm[w.j] != 0.0) {
         // The rebase of the entries is done: scale λ, note what it lost.
         w.lam = mt_mulp2(w.lam * w.gm, w.gx);
@@ -709,7 +732,11 @@ __device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 E
         w.rfm[w.j] = 0.0;
         w.newest[w.j] = -1;
     }
-    for (int k = 0; k < n; ++k) mt_step<MODE>(w, bk, t0, k, r0 + k, EZ, kz, mu, ep);
+    int slot = mt_mod(t0 - 1, w.RK);  // the ring slot of start t-1
+    for (int k = 0; k < n; ++k) {
+        mt_step<MODE>(w, bk, t0, k, r0 + k, slot, EZ, kz, mu, ep);
+        slot = slot + 1 == w.RK ? 0 : slot + 1;
+    }
     if (w.act) {
         if (w.gx > MT_RB || w.gx < -MT_RB) {
             w.rfm[w.j] = w.gm;
@@ -834,6 +861,7 @@ __device__ void meet_a(const MArgs& a) {
     MEET_SMEM(smem);
     Sweep w(a, b, side, smem, false);
     mt_place<RS, false>(w, false);
+    mt_params(w);
     const int C = w.C, K = w.K;
     if (threadIdx.x == 0) {
         *w.flg = 0;
@@ -1010,6 +1038,7 @@ __device__ void meet_b(const MArgs& a) {
     MEET_SMEM(smem);
     Sweep w(a, b, side, smem, true);
     mt_place<RS, AS>(w, true);
+    mt_params(w);
     const int C = w.C, K = w.K, L = w.L, m = w.m;
     const i64 sl = state_len(K, C);
     const double* sf = a.st + ((i64)b * 2) * sl;

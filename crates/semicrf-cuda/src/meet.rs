@@ -56,8 +56,8 @@ unsafe impl DeviceRepr for MArgs {}
 pub(crate) const P: usize = 8;
 
 /// The most labels the kernels take (one thread a label in phase 2, and their shared memory
-/// grows with the labels: about 0.8 KB each); more labels run in the log domain.
-pub(crate) const MAX_LABELS: usize = 256;
+/// holds the C×C transition); more labels run in the log domain.
+pub(crate) const MAX_LABELS: usize = 64;
 
 /// The most threads a block of these kernels has (their `__launch_bounds__`).
 pub(crate) const MAX_THREADS: usize = 512;
@@ -117,9 +117,10 @@ pub(crate) fn layout(k: usize, c: usize, limit: usize, marg: bool) -> Layout {
     let ring_words = (k + P) * c;
     let acc = if marg { kc + c * c } else { 0 };
     // The kernels' header (`Sweep`): α̃ rows and bounds, H, G·Q0, cB, the block's entries,
-    // the rebase factors, then the int words (row flags, window starts, rebase exponents,
-    // flags).
-    let header = 2 * (P + 1) * c + 4 * P * c + c + (P + 4 + P * c + 3 * c) / 2;
+    // Tl, the first P+1 weights, the rebase factors, then the int words (row flags, window
+    // starts, rebase exponents, flags).
+    let header =
+        2 * (P + 1) * c + 4 * P * c + c * c + (P + 1) * c + c + (P + 4 + P * c + 3 * c) / 2;
     let base = |ch: usize| header + 4 * ch * c + if marg { 2 * ch * c + 4 * ch } else { 0 };
     let top = (4096 / c.max(1)).clamp(P, 64);
     let chs: Vec<usize> = (0..4).map(|i| 64 >> i).filter(|&ch| ch <= top).collect();
