@@ -145,8 +145,7 @@ struct MArgs {
     double* u;          // (B, 2, H, C) saved ũ rows
     i64* ex;            // (B, 2, H) their exponents E
     double* erm;        // (B, 2, H) bounds on the α̃ rows' values lost to underflow
-    double* ring;       // (B, 2, K, C) rings, where they are not in shared memory
-    double* acc;        // (B, 2, K·C + C·C) accumulators, where they are not in shared memory
+    double* ring;       // (B, 2, K+P, C) rings, where they are not in shared memory
     double* out;        // (B, 2): log Z, 0
     int* flag;          // (B) why a sequence was given up (0: it was not)
     const double* up;   // (B) upstream gradients
@@ -154,8 +153,8 @@ struct MArgs {
     double* gbb;        // (B, T, C) begin marginals (× g after the tail)
     double* geb;        // (B, T, C) end marginals × g, or null
     double* bmarg;      // (B, T) boundary marginals
-    double* pdur;       // (B, 2, K, C) duration marginals per sweep [(d-1)·C + j]
-    double* ptr;        // (B, 2, C, C) transition marginals per sweep [i·C + j]
+    double* pdur;       // (B, 2, K, C) duration marginals per sweep [(d-1)·C + j], zeroed
+    double* ptr;        // (B, 2, C, C) transition marginals per sweep [i·C + j], zeroed
     double* pst;        // (B, C) start marginals
     double* pen;        // (B, C) end marginals
     i64 T, K, C, H;
@@ -211,12 +210,12 @@ __device__ __forceinline__ int mt_expo(double x) {
 struct Sweep {
     const MArgs& a;
     Par p;
-    int b, side, L, K, RK, C, m, C2;  // RK: ring slots per label
+    int b, side, L, K, RK, C, C4, m, C2;  // RK: ring slots per label; C4: C rounded up to 4
     int j;
     bool act;  // thread j is a label's
     // label j's state (thread j): G = gm·2^gx, 1/G = gim·2^-gx, G before the last update
     // gmo·2^gxo (the mantissas stay within 2^±32: G itself may be far out of range in a block)
-    double gm, gmo, gim, lam, u0, emt, etmo;
+    double gm, gmo, gim, lam, u0, emt, etmo, acc1;  // acc1: duration 1's marginal (marg)
     int gx, gxo, last, floor;
     i64 E, Eold;
     // shared memory
@@ -224,7 +223,8 @@ struct Sweep {
     int *anyer, *lo, *flo, *newest, *rfx, *flg;
     double *sF, *sFi, *sB, *sX;
     double *oA, *oU, *oEa, *oEu, *oRa, *oRu;
-    double *ring, *accd, *acct;
+    double* ring;
+    double *pd, *pt;  // this sweep's duration and transition marginals (second halves)
 
     __device__ __forceinline__ Sweep(const MArgs& args, int bb_, int side_, double* smem,
                                      bool marg)
@@ -235,16 +235,17 @@ struct Sweep {
         K = (int)a.K;
         RK = K + MT_P;
         C = (int)a.C;
+        C4 = (C + 3) / 4 * 4;
         C2 = (C + 31) / 32 * 32;
         m = (L + 1) / 2 > 1 ? (L + 1) / 2 : 1;
         j = threadIdx.x;
         act = j < C;
         const int ch = a.ch, P = MT_P;
         double* q = smem;
-        A = q;
-        q += (P + 1) * C;
+        A = q;  // rows of C4: the labels, then zeros (the transition step reads four at a time)
+        q += (P + 1) * C4;
         ER = q;
-        q += (P + 1) * C;
+        q += (P + 1) * C4;
         H = q;
         q += P * C;
         gq = q;
@@ -253,8 +254,8 @@ struct Sweep {
         q += P * C;
         ebk = q;  // the entries of this block's starts t0-1+k, [k·C + j]
         q += P * C;
-        tl = q;  // the side's Tl [i·C + j]
-        q += C * C;
+        tl = q;  // the side's Tl [i·C + j], then rows of zeros up to i = C4-1
+        q += C4 * C;
         wd = q;  // Wl[j, d] for d = 1..P+1, [(d-1)·C + j]
         q += (P + 1) * C;
         rfm = q;
@@ -296,8 +297,8 @@ struct Sweep {
             q += ch;
         }
         ring = q;  // placed by `mt_place`
-        accd = nullptr;
-        acct = nullptr;
+        pd = a.pdur + ((i64)b * 2 + side) * K * C;
+        pt = a.ptr + ((i64)b * 2 + side) * C * C;
         u0 = act ? __ldg(&p.u0[j]) : 0.0;
         emt = act ? __ldg(&p.emt[j]) : 0.0;
         etmo = act ? __ldg(&p.etmo[j]) : 0.0;
@@ -352,30 +353,19 @@ struct Sweep {
     }
 };
 
-// Where the ring and the accumulators are: after the staged rows in shared memory (RS, AS),
-// or in this sweep's part of the global buffers.
-template <bool RS, bool AS>
-__device__ __forceinline__ void mt_place(Sweep& w, bool marg) {
-    const i64 pair = (i64)w.b * 2 + w.side;
-    const i64 kc = (i64)w.K * w.C, rkc = (i64)w.RK * w.C;
-    double* q = w.ring;  // the first word after the staged rows
-    if (RS) {
-        w.ring = q;
-        q += rkc;
-    } else {
-        w.ring = w.a.ring + pair * rkc;
-    }
-    if (marg) {
-        w.accd = AS ? q : w.a.acc + pair * (kc + (i64)w.C * w.C);
-        w.acct = w.accd + kc;
-    }
+// Where the ring is: after the staged rows in shared memory (RS), or in this sweep's part of
+// the global buffer.
+template <bool RS>
+__device__ __forceinline__ void mt_place(Sweep& w) {
+    if (!RS) w.ring = w.a.ring + ((i64)w.b * 2 + w.side) * w.RK * w.C;
 }
 
 // The side's Tl and the first P+1 duration weights into shared memory (all threads; the
 // caller synchronises).
 __device__ void mt_params(Sweep& w) {
     const int C = w.C, K = w.K;
-    for (int x = threadIdx.x; x < C * C; x += blockDim.x) w.tl[x] = __ldg(&w.p.tl[x]);
+    for (int x = threadIdx.x; x < w.C4 * C; x += blockDim.x)
+        w.tl[x] = x < C * C ? __ldg(&w.p.tl[x]) : 0.0;
     for (int x = threadIdx.x; x < (MT_P + 1) * C; x += blockDim.x) {
         const int d = x / C + 1, j = x % C;
         w.wd[x] = d <= K ? __ldg(&w.p.wl[j * K + d - 1]) : 0.0;
@@ -465,14 +455,15 @@ __device__ void mt_phase3(Sweep& w, int t0, int n) {
             if (st >= w.lo[k * C + j]) s += rj[idx] * w.gq[k * C + j];
             idx = idx + 1 == RK ? 0 : idx + 1;
         }
-        w.accd[(i64)j * K + d - 1] += s * __ldg(&w.p.wl[(i64)j * K + d - 1]);
+        w.pd[(d - 1) * C + j] += s * __ldg(&w.p.wl[j * K + d - 1]);
     }
     for (int x = threadIdx.x; x < C * C; x += blockDim.x) {
         const int i = x / C, j = x % C;
         double s = 0.0;
         for (int k = 0; k < n; ++k)
-            if (t0 + k >= 2) s += w.A[k * C + i] * w.cbs[k * C + j];
-        w.acct[x] += s * __ldg(&w.p.tl[x]);
+            if (t0 + k >= 2) s += w.A[k * w.C4 + i] * w.cbs[k * C + j];
+        // The reverse sweep's transition (i, j) is the original's (j, i).
+        w.pt[w.side ? j * C + i : x] += s * w.tl[x];
     }
 }
 
@@ -496,8 +487,8 @@ __device__ __forceinline__ void mt_rebase_self(Sweep& w, Blk& bk, int t0, int k,
             const double g = w.gq[kk * C + j];
             if (g == 0.0) continue;
             for (int d = 2; d <= K && t0 + kk - d >= w.lo[kk * C + j]; ++d)
-                w.accd[(i64)j * K + d - 1] += rj[mt_mod(t0 + kk - d, RK)] * g *
-                                              __ldg(&w.p.wl[(i64)j * K + d - 1]);
+                w.pd[(d - 1) * C + j] +=
+                    rj[mt_mod(t0 + kk - d, RK)] * g * __ldg(&w.p.wl[j * K + d - 1]);
             w.gq[kk * C + j] = 0.0;
         }
     }
@@ -530,37 +521,36 @@ __device__ __forceinline__ void mt_rebase_self(Sweep& w, Blk& bk, int t0, int k,
 
 // Phase 2, step t = t0 + k of thread j (staged row r). `mu`, `ep`: the running position
 // marginal and the last end marginal (second halves).
-template <int MODE>
+template <int MODE, int CM>
 __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r, int slot,
                                         i64 EZ, double kz, double& mu, double& ep) {
     const MArgs& a = w.a;
     const int K = w.K, C = w.C, j = w.j, t = t0 + k;
     const int nd = t < K ? t : K;
-    const double* Ap = w.A + k * C;
+    const double* Ap = w.A + k * w.C4;
     double v = 0.0, ev = 0.0, mx = 0.0, em = 0.0;
     if (t == 1) {
         v = w.u0;
     } else {
-        // The transition step: every thread reads the whole row (the same maxima everywhere).
-        double v1 = 0.0, m1 = 0.0;
+        // The transition step: every thread reads the whole row (the same maxima everywhere),
+        // four labels at a time (the row is padded with zeros to a multiple of four).
+        double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0, m0 = 0.0, m1 = 0.0;
         const double* tl = w.tl + (w.act ? j : 0);
-        int i = 0;
-        for (; i + 1 < C; i += 2) {
-            const double x0 = Ap[i], x1 = Ap[i + 1];
-            v += x0 * tl[i * C];
+        for (int i = 0; i < C; i += 4) {
+            const double x0 = Ap[i], x1 = Ap[i + 1], x2 = Ap[i + 2], x3 = Ap[i + 3];
+            v0 += x0 * tl[i * C];
             v1 += x1 * tl[(i + 1) * C];
-            mx = mx > x0 ? mx : x0;
+            v2 += x2 * tl[(i + 2) * C];
+            v3 += x3 * tl[(i + 3) * C];
+            m0 = m0 > x0 ? m0 : x0;
             m1 = m1 > x1 ? m1 : x1;
+            m0 = m0 > x2 ? m0 : x2;
+            m1 = m1 > x3 ? m1 : x3;
         }
-        if (i < C) {
-            const double x0 = Ap[i];
-            v += x0 * tl[i * C];
-            mx = mx > x0 ? mx : x0;
-        }
-        v += v1;
-        mx = mx > m1 ? mx : m1;
+        v = (v0 + v1) + (v2 + v3);
+        mx = m0 > m1 ? m0 : m1;
         if (w.anyer[k]) {
-            const double* ERp = w.ER + k * C;
+            const double* ERp = w.ER + k * w.C4;
             for (int i2 = 0; i2 < C; ++i2) {
                 const double e = ERp[i2];
                 ev += e * tl[i2 * C];
@@ -675,7 +665,7 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
             const double err = ev * cb + v * cbe + lost + (gs + twin * bk.w1) * q0e;
             if (!(err <= mt_err())) atomicOr(w.flg, 4);
             if (!(bm <= 2.0) || !(em2 <= 2.0)) atomicOr(w.flg, 2);
-            w.accd[(i64)j * K] += twin * bk.w1 * q0;
+            w.acc1 += twin * bk.w1 * q0;
             const double nmu = mu + bm - ep;
             mu = nmu;
             ep = em2;
@@ -694,8 +684,8 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
                 if (t == w.L) a.pst[(i64)w.b * C + j] = em2;
             }
         }
-        w.A[(k + 1) * C + j] = an;
-        w.ER[(k + 1) * C + j] = ern;
+        w.A[(k + 1) * w.C4 + j] = an;
+        w.ER[(k + 1) * w.C4 + j] = ern;
         if (ern > 0.0) atomicOr(&w.anyer[k + 1], 1);
         w.ring[j * w.RK + slot] = entry;
         if (MODE == MT_SAVE) {
@@ -712,7 +702,7 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
 }
 
 // Phase 2 of a block: steps k < n, one after the other.
-template <int MODE>
+template <int MODE, int CM>
 __device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 EZ, double kz,
                                           double& mu, double& ep) {
     Blk bk;
@@ -734,7 +724,7 @@ __device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 E
     }
     int slot = mt_mod(t0 - 1, w.RK);  // the ring slot of start t-1
     for (int k = 0; k < n; ++k) {
-        mt_step<MODE>(w, bk, t0, k, r0 + k, slot, EZ, kz, mu, ep);
+        mt_step<MODE, CM>(w, bk, t0, k, r0 + k, slot, EZ, kz, mu, ep);
         slot = slot + 1 == w.RK ? 0 : slot + 1;
     }
     if (w.act) {
@@ -748,7 +738,7 @@ __device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 E
 
 // Steps tfirst .. tlast of a sweep, in blocks of MT_P. Before it: A[0] and ER[0] hold the
 // row of step tfirst-1, and the label state is in the registers of threads j < C.
-template <int MODE>
+template <int MODE, int CM>
 __device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, double& mu,
                        double& ep, const double* oal, const double* ou, const i64* oex,
                        const double* oerm) {
@@ -761,8 +751,8 @@ __device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, doubl
         if (t0 > tfirst) {
             // The last block's final row becomes row 0.
             for (int x = threadIdx.x; x < C; x += blockDim.x) {
-                w.A[x] = w.A[P * C + x];
-                w.ER[x] = w.ER[P * C + x];
+                w.A[x] = w.A[P * w.C4 + x];
+                w.ER[x] = w.ER[P * w.C4 + x];
             }
             if (threadIdx.x == 0) w.anyer[0] = w.anyer[P];
         }
@@ -771,15 +761,15 @@ __device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, doubl
         for (int x = threadIdx.x; x < P; x += blockDim.x) w.anyer[x + 1] = 0;
         mt_phase1(w, t0, n);
         __syncthreads();
-        if (threadIdx.x < w.C2) mt_phase2<MODE>(w, t0, n, r0, EZ, kz, mu, ep);
+        if (threadIdx.x < w.C2) mt_phase2<MODE, CM>(w, t0, n, r0, EZ, kz, mu, ep);
         __syncthreads();
         if (MODE == MT_MARG) mt_phase3(w, t0, n);
         if (n < P) {
             // A short last block: its final row where a full block's would be.
             __syncthreads();
             for (int x = threadIdx.x; x < C; x += blockDim.x) {
-                w.A[P * C + x] = w.A[n * C + x];
-                w.ER[P * C + x] = w.ER[n * C + x];
+                w.A[P * w.C4 + x] = w.A[n * w.C4 + x];
+                w.ER[P * w.C4 + x] = w.ER[n * w.C4 + x];
             }
         }
     }
@@ -792,9 +782,12 @@ __device__ void mt_load(Sweep& w, const double* s) {
     const i64 rkc = (i64)w.RK * C;
     for (i64 x = threadIdx.x; x < rkc; x += blockDim.x) w.ring[x] = s[x];
     const double* q = s + rkc;
+    for (int x = threadIdx.x; x < (MT_P + 1) * w.C4; x += blockDim.x) {
+        const int c = x % w.C4;
+        w.A[x] = x < C ? q[6 * C + c] : 0.0;
+        w.ER[x] = x < C ? q[7 * C + c] : 0.0;
+    }
     for (int x = threadIdx.x; x < C; x += blockDim.x) {
-        w.A[x] = q[6 * C + x];
-        w.ER[x] = q[7 * C + x];
         w.rfm[x] = 0.0;
         w.newest[x] = -1;
         w.flo[x] = (int)q[5 * C + x];
@@ -837,8 +830,8 @@ __device__ void mt_save(Sweep& w, double* s, int steps) {
         q[3 * C + w.j] = w.lam;
         q[4 * C + w.j] = (double)w.last;
         q[5 * C + w.j] = (double)w.floor;
-        q[6 * C + w.j] = w.A[P * C + w.j];
-        q[7 * C + w.j] = w.ER[P * C + w.j];
+        q[6 * C + w.j] = w.A[P * w.C4 + w.j];
+        q[7 * C + w.j] = w.ER[P * w.C4 + w.j];
         q[8 * C + w.j] = (double)w.gx;
         q[9 * C + w.j] = (double)w.gxo;
     }
@@ -855,12 +848,12 @@ __device__ void mt_save(Sweep& w, double* s, int steps) {
 __device__ __forceinline__ int mt_seq(const MArgs& a, int q) { return a.seq ? a.seq[q] : q; }
 
 // First halves: the forward sweep through steps 1..m, the reverse one through 1..L-m+1.
-template <int MODE, bool RS>
+template <int MODE, bool RS, int CM>
 __device__ void meet_a(const MArgs& a) {
     const int b = mt_seq(a, blockIdx.x >> 1), side = blockIdx.x & 1;
     MEET_SMEM(smem);
     Sweep w(a, b, side, smem, false);
-    mt_place<RS, false>(w, false);
+    mt_place<RS>(w);
     mt_params(w);
     const int C = w.C, K = w.K;
     if (threadIdx.x == 0) {
@@ -868,9 +861,11 @@ __device__ void meet_a(const MArgs& a) {
         w.anyer[0] = 0;
     }
     for (i64 x = threadIdx.x; x < (i64)w.RK * C; x += blockDim.x) w.ring[x] = 0.0;
-    for (int x = threadIdx.x; x < C; x += blockDim.x) {
+    for (int x = threadIdx.x; x < (MT_P + 1) * w.C4; x += blockDim.x) {
         w.A[x] = 0.0;
         w.ER[x] = 0.0;
+    }
+    for (int x = threadIdx.x; x < C; x += blockDim.x) {
         w.rfm[x] = 0.0;
         w.newest[x] = -1;
         w.flo[x] = 0;
@@ -892,11 +887,14 @@ __device__ void meet_a(const MArgs& a) {
     }
     const int steps = side ? w.L - w.m + 1 : w.m;
     double mu = 0.0, ep = 0.0;
-    mt_run<MODE>(w, 1, steps, 0, 0.0, mu, ep, nullptr, nullptr, nullptr, nullptr);
+    mt_run<MODE, CM>(w, 1, steps, 0, 0.0, mu, ep, nullptr, nullptr, nullptr, nullptr);
     if (MODE == MT_SAVE && threadIdx.x == 0) {
         // The last row's bound (the others were written at the next step).
         double em = 0.0;
-        for (int c = 0; c < C; ++c) em = em > w.ER[MT_P * C + c] ? em : w.ER[MT_P * C + c];
+        for (int c = 0; c < C; ++c) {
+            const double e = w.ER[MT_P * w.C4 + c];
+            em = em > e ? em : e;
+        }
         a.erm[row + steps] = em;
     }
     mt_save(w, a.st + ((i64)b * 2 + side) * state_len(K, C), steps);
@@ -1032,12 +1030,12 @@ __device__ void meet_z(const MArgs& a) {
 
 // Second halves: the meet, then each sweep through the rest of the sequence with the other's
 // saved rows, the marginals and their position sums, and the tail (boundary marginals).
-template <bool RS, bool AS>
+template <bool RS, int CM>
 __device__ void meet_b(const MArgs& a) {
     const int b = mt_seq(a, blockIdx.x >> 1), side = blockIdx.x & 1;
     MEET_SMEM(smem);
     Sweep w(a, b, side, smem, true);
-    mt_place<RS, AS>(w, true);
+    mt_place<RS>(w);
     mt_params(w);
     const int C = w.C, K = w.K, L = w.L, m = w.m;
     const i64 sl = state_len(K, C);
@@ -1056,7 +1054,7 @@ __device__ void meet_b(const MArgs& a) {
     const double* oerm = a.erm + orow;
     // The meet's own marginals: E_m, B_{m-1}, the segment (m-1, 1), μ_{m-1}.
     const i64 rowf = ((i64)b * 2) * a.H, rowr = ((i64)b * 2 + 1) * a.H;
-    const i64 kc = (i64)K * C, rkc = (i64)w.RK * C;
+    const i64 rkc = (i64)w.RK * C;
     double mu = 0.0, ep = 0.0, d1 = 0.0;
     if (w.act) {
         const int j = w.j;
@@ -1094,25 +1092,14 @@ __device__ void meet_b(const MArgs& a) {
         }
     }
     __syncthreads();
-    // Accumulators, the own ring and state.
-    for (i64 x = threadIdx.x; x < kc + (i64)C * C; x += blockDim.x) w.accd[x] = 0.0;
+    // The own ring and state; the marginals accumulate in the (zeroed) outputs, duration 1's
+    // in a register of the label's thread.
     mt_load(w, side ? sr : sf);
-    __syncthreads();
-    if (w.act) w.accd[(i64)w.j * K] = d1;
+    w.acc1 = d1;
     const int first = side ? L - m + 2 : m + 1;
-    if (r.z > 0.0) mt_run<MT_MARG>(w, first, L, r.EZ, kz, mu, ep, oal, ou, oex, oerm);
+    if (r.z > 0.0) mt_run<MT_MARG, CM>(w, first, L, r.EZ, kz, mu, ep, oal, ou, oex, oerm);
+    if (w.act && r.z > 0.0) w.pd[w.j] = w.acc1;
     __syncthreads();
-    // The accumulators out, the reverse sweep's transitions transposed.
-    double* pd = a.pdur + ((i64)b * 2 + side) * kc;
-    for (i64 x = threadIdx.x; x < kc; x += blockDim.x) {
-        const i64 d0 = x / C, c = x % C;
-        pd[x] = r.z > 0.0 ? w.accd[c * K + d0] : 0.0;
-    }
-    double* pt = a.ptr + ((i64)b * 2 + side) * C * C;
-    for (i64 x = threadIdx.x; x < (i64)C * C; x += blockDim.x) {
-        const i64 i = x / C, c = x % C;
-        pt[x] = r.z > 0.0 ? (side ? w.acct[c * C + i] : w.acct[x]) : 0.0;
-    }
     // Boundary marginals and the begin marginals scaled, over the positions this block wrote
     // (the forward block also the meet's m-1).
     const int lo = side ? 0 : m - 1, hi = side ? m - 2 : L - 1;
@@ -1136,15 +1123,13 @@ __device__ void meet_b(const MArgs& a) {
     }
 }
 
-// One kernel per placement of the ring (suffix _r: shared memory) and of the accumulators
-// (_a), so that shared memory is addressed directly.
+// One kernel per placement of the ring (suffix _r: shared memory), so that shared memory is
+// addressed directly.
 #define MT_K extern "C" __global__ void __launch_bounds__(512)
-MT_K meet_fwd_log(MArgs a) { meet_a<MT_FWD, false>(a); }
-MT_K meet_fwd_log_r(MArgs a) { meet_a<MT_FWD, true>(a); }
-MT_K meet_save_log(MArgs a) { meet_a<MT_SAVE, false>(a); }
-MT_K meet_save_log_r(MArgs a) { meet_a<MT_SAVE, true>(a); }
+MT_K meet_fwd_log(MArgs a) { meet_a<MT_FWD, false, 0>(a); }
+MT_K meet_fwd_log_r(MArgs a) { meet_a<MT_FWD, true, 0>(a); }
+MT_K meet_save_log(MArgs a) { meet_a<MT_SAVE, false, 0>(a); }
+MT_K meet_save_log_r(MArgs a) { meet_a<MT_SAVE, true, 0>(a); }
+MT_K meet_bwd_log(MArgs a) { meet_b<false, 0>(a); }
+MT_K meet_bwd_log_r(MArgs a) { meet_b<true, 0>(a); }
 MT_K meet_z_log(MArgs a) { meet_z(a); }
-MT_K meet_bwd_log(MArgs a) { meet_b<false, false>(a); }
-MT_K meet_bwd_log_r(MArgs a) { meet_b<true, false>(a); }
-MT_K meet_bwd_log_a(MArgs a) { meet_b<false, true>(a); }
-MT_K meet_bwd_log_ra(MArgs a) { meet_b<true, true>(a); }

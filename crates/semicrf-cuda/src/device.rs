@@ -22,7 +22,7 @@ const SOURCES: [&str; 4] = [
 ];
 
 /// The kernels the module exports.
-pub(crate) const KERNELS: [&str; 23] = [
+pub(crate) const KERNELS: [&str; 21] = [
     "fwd_static_log",
     "fwd_static_max",
     "fwd_static_ent",
@@ -44,8 +44,6 @@ pub(crate) const KERNELS: [&str; 23] = [
     "meet_z_log",
     "meet_bwd_log",
     "meet_bwd_log_r",
-    "meet_bwd_log_a",
-    "meet_bwd_log_ra",
 ];
 
 /// One opened device: its context, the stream every call runs on, and the kernels.

@@ -29,7 +29,6 @@ pub(crate) struct MArgs {
     pub ex: u64,
     pub erm: u64,
     pub ring: u64,
-    pub acc: u64,
     pub out: u64,
     pub flag: u64,
     pub up: u64,
@@ -101,47 +100,33 @@ pub(crate) struct Layout {
     pub ch: usize,
     /// Whether the ring is in shared memory (else in a global buffer).
     pub ring: bool,
-    /// Whether the accumulators are (second halves only).
-    pub acc: bool,
     /// Dynamic shared memory, bytes.
     pub bytes: usize,
 }
 
 /// The shared-memory layout for `K`, `C` within `limit` bytes (`marg`: the second halves,
-/// which stage the other sweep's rows and accumulate marginals): the most staged steps (up
-/// to 64) that keep the ring and the accumulators in shared memory, else the accumulators
-/// alone (each window term reads and writes one), else the ring alone, else neither.
+/// which also stage the other sweep's rows): the most staged steps (64 down to 8) that keep
+/// the ring in shared memory, else the most without it.
 pub(crate) fn layout(k: usize, c: usize, limit: usize, marg: bool) -> Layout {
     let words = limit / 8;
-    let kc = k * c;
     let ring_words = (k + P) * c;
-    let acc = if marg { kc + c * c } else { 0 };
-    // The kernels' header (`Sweep`): α̃ rows and bounds, H, G·Q0, cB, the block's entries,
-    // Tl, the first P+1 weights, the rebase factors, then the int words (row flags, window
-    // starts, rebase exponents, flags).
+    // The kernels' header (`Sweep`): α̃ rows and bounds (C rounded up to 4), H, G·Q0, cB, the
+    // block's entries, Tl (rows padded likewise), the first P+1 weights, the rebase factors,
+    // then the int words (row flags, window starts, rebase exponents, flags).
+    let c4 = c.div_ceil(4) * 4;
     let header =
-        2 * (P + 1) * c + 4 * P * c + c * c + (P + 1) * c + c + (P + 4 + P * c + 3 * c) / 2;
+        2 * (P + 1) * c4 + 4 * P * c + c4 * c + (P + 1) * c + c + (P + 4 + P * c + 3 * c) / 2;
     let base = |ch: usize| header + 4 * ch * c + if marg { 2 * ch * c + 4 * ch } else { 0 };
     let top = (4096 / c.max(1)).clamp(P, 64);
     let chs: Vec<usize> = (0..4).map(|i| 64 >> i).filter(|&ch| ch <= top).collect();
-    let fits = |ch: usize, ring: bool, acc_in: bool| {
-        base(ch) + if ring { ring_words } else { 0 } + if acc_in { acc } else { 0 } <= words
-    };
-    let prefs: &[(bool, bool)] = if marg {
-        &[(true, true), (false, true), (true, false), (false, false)]
-    } else {
-        &[(true, false), (false, false)]
-    };
-    for &(ring, acc_in) in prefs {
+    for ring in [true, false] {
         for &ch in &chs {
-            if fits(ch, ring, acc_in) {
-                let bytes = 8
-                    * (base(ch) + if ring { ring_words } else { 0 } + if acc_in { acc } else { 0 });
+            let w = base(ch) + if ring { ring_words } else { 0 };
+            if w <= words {
                 return Layout {
                     ch,
                     ring,
-                    acc: acc_in,
-                    bytes,
+                    bytes: 8 * w,
                 };
             }
         }
@@ -149,7 +134,6 @@ pub(crate) fn layout(k: usize, c: usize, limit: usize, marg: bool) -> Layout {
     Layout {
         ch: P,
         ring: false,
-        acc: false,
         bytes: 8 * base(P),
     }
 }
@@ -217,9 +201,9 @@ pub(crate) fn state_words(k: usize, c: usize) -> usize {
     (k + P) * c + 10 * c + 4
 }
 
-/// Device bytes of the kernels' own buffers for `shape` (`backward`: with the saved rows,
-/// outputs and accumulators), with the ring and accumulators in global memory where `lay`
-/// (the second kernel's layout for a backward) does not keep them in shared memory.
+/// Device bytes of the kernels' own buffers for `shape` (`backward`: with the saved rows and
+/// the outputs), with the ring in global memory where `lay` does not keep it in shared
+/// memory.
 pub(crate) fn bytes(shape: Shape, backward: bool, lay: Layout, eb: bool) -> ByteCount {
     let (b, t, k, c) = (shape.batch, shape.len, shape.max_duration, shape.labels);
     let h = rows(t);
@@ -242,22 +226,16 @@ pub(crate) fn bytes(shape: Shape, backward: bool, lay: Layout, eb: bool) -> Byte
             + ByteCount::f64s(&[b, 2, k, c])
             + ByteCount::f64s(&[b, 2, c, c])
             + ByteCount::f64s(&[2, b, c]);
-        if !lay.acc {
-            n = n + ByteCount::f64s(&[b, 2, k * c + c * c]);
-        }
     }
     n
 }
 
 /// The kernel that runs `kernel` with layout `lay`: one variant per placement of the ring
-/// (`_r`: shared memory) and of the accumulators (`_a`), so that the kernels address shared
-/// memory directly.
+/// (`_r`: shared memory), so that the kernels address shared memory directly.
 pub(crate) fn placed(kernel: &str, lay: Layout) -> String {
-    let suffix = match (kernel, lay.ring, lay.acc) {
-        ("meet_z_log", ..) => "",
-        ("meet_bwd_log", true, true) => "_ra",
-        ("meet_bwd_log", false, true) => "_a",
-        (_, true, _) => "_r",
+    let suffix = match (kernel, lay.ring) {
+        ("meet_z_log", _) => "",
+        (_, true) => "_r",
         _ => "",
     };
     format!("{kernel}{suffix}")
@@ -397,11 +375,6 @@ impl<'g> Call<'g> {
             ring: la.ring && lb.ring,
             ..lb
         })?;
-        let acc = if lb.acc {
-            None
-        } else {
-            Some(self.zeros::<f64>(b * 2 * (k * c + c * c))?)
-        };
         let g = Grads {
             alpha: self.zeros::<f64>(b * 2 * h * c)?,
             u: self.zeros::<f64>(b * 2 * h * c)?,
@@ -426,7 +399,6 @@ impl<'g> Call<'g> {
         a.u = self.ptr(&g.u);
         a.ex = self.ptr(&ex);
         a.erm = self.ptr(&erm);
-        a.acc = self.opt(&acc);
         a.up = self.ptr(&g.up);
         a.gsc = self.ptr(&g.gsc);
         a.gbb = self.ptr(&g.gbb);
@@ -478,11 +450,10 @@ mod tests {
             }
         }
         let s5 = layout(127, 4, 227 * 1024, true);
-        assert!(s5.ring && s5.acc && s5.ch == 64, "{s5:?}");
-        // S8: only one of the ring (194 KB) and the accumulators fits; the accumulators win.
+        assert!(s5.ring && s5.ch == 64, "{s5:?}");
+        // S8: the ring (194 KB) fits with fewer staged steps.
         let s8 = layout(1000, 24, 227 * 1024, true);
-        assert!(!s8.ring && s8.acc, "{s8:?}");
-        assert!(layout(1000, 24, 227 * 1024, false).ring);
+        assert!(s8.ring && s8.ch < 64, "{s8:?}");
         for lay in [s5, s8] {
             assert_eq!(lay.ch % P, 0);
         }
@@ -496,11 +467,10 @@ mod tests {
             "meet_z_log",
             "meet_bwd_log",
         ] {
-            for (ring, acc) in [(false, false), (true, false), (false, true), (true, true)] {
+            for ring in [false, true] {
                 let lay = Layout {
-                    ch: 1,
+                    ch: P,
                     ring,
-                    acc,
                     bytes: 0,
                 };
                 let name = placed(k, lay);
