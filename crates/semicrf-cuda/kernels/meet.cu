@@ -519,6 +519,103 @@ __device__ __forceinline__ void mt_rebase_self(Sweep& w, Blk& bk, int t0, int k,
     w.gx = 0;
 }
 
+// The window's sum of step k over this block's entries t0-1 .. t-2 (thread j; entry kk has
+// d = k - kk + 1 >= 2; wd holds 0 beyond K).
+__device__ __forceinline__ double mt_inblock(const Sweep& w, int k) {
+    const int C = w.C;
+    const double* eb = w.ebk + w.j;
+    const double* wd = w.wd + k * C + w.j;  // Wl[j, k+1] (kk = 0)
+    double s0 = 0.0, s1 = 0.0;
+    int kk = 0;
+    for (; kk + 1 < k; kk += 2) {
+        s0 += eb[kk * C] * wd[-kk * C];
+        s1 += eb[(kk + 1) * C] * wd[-(kk + 1) * C];
+    }
+    if (kk < k) s0 += eb[kk * C] * wd[-kk * C];
+    return s0 + s1;
+}
+
+// The common step of label j (see `mt_step`): its transition sum v, the scale step e, the
+// new twin and entry are known.
+template <int MODE>
+__device__ __forceinline__ void mt_easy(Sweep& w, Blk& bk, int t0, int k, int r, int slot,
+                                        i64 EZ, double kz, double& mu, double& ep, double v,
+                                        int e, double twin, double entry) {
+    const MArgs& a = w.a;
+    const int K = w.K, C = w.C, j = w.j, t = t0 + k;
+    const double f = w.sF[r * C + j], fi = w.sFi[r * C + j], xf = w.sX[r * C + j];
+    const double s = bk.hf * w.H[k * C + j] + mt_inblock(w, k);
+    w.gmo = w.gm;
+    w.gxo = w.gx;
+    double q0 = 0.0, q0e = 0.0, cb = 0.0, cbe = 0.0;
+    if (MODE == MT_MARG) {
+        const i64 eu = (i64)__double_as_longlong(w.oEu[r]);
+        const i64 ea = (i64)__double_as_longlong(w.oEa[r]);
+        const double base = mt_scale(kz, w.Eold + eu - EZ) * f * xf * w.etmo;
+        q0 = base * w.oU[r * C + j];
+        q0e = base * w.oRu[r];
+        const double cbase = mt_scale(kz, w.Eold + ea - EZ) * w.emt;
+        cb = cbase * w.oA[r * C + j];
+        cbe = cbase * w.oRa[r];
+        int lo = t - K > w.floor ? t - K : w.floor;
+        if (w.side) lo = lo > w.L - w.m ? lo : w.L - w.m;
+        w.lo[k * C + j] = lo;
+        const double gqv = mt_mulp2(w.gm * q0, w.gx);
+        w.gq[k * C + j] = gqv <= 1.7976931348623157e308 ? gqv : 0.0;
+        w.cbs[k * C + j] = cb <= 1.7976931348623157e308 ? cb : 0.0;
+    }
+    // G ← G·f·2^-e, its mantissa kept within 2^±32.
+    w.gm *= f;
+    w.gim *= fi;
+    w.gx -= e;
+    const int ke = mt_expo(w.gm);
+    const int adj = ke > 32 || ke < -32 ? ke : 0;
+    w.gm *= mt_pow2(-adj);
+    w.gim *= mt_pow2(adj);
+    w.gx += adj;
+    const double term1 = twin * f * mt_pow2(-e) * bk.w1;
+    const double an = xf * (mt_mulp2(w.gm * s, w.gx) + term1);
+    if (!(an <= mt_huge())) atomicOr(w.flg, 2);
+    if (MODE == MT_MARG) {
+        const double bm = v * cb;
+        const double gs = mt_mulp2(w.gmo * s, w.gxo);
+        const double em2 = q0 * (gs + twin * bk.w1);
+        const double err = v * cbe + (gs + twin * bk.w1) * q0e;
+        if (!(err <= mt_err())) atomicOr(w.flg, 4);
+        if (!(bm <= 2.0) || !(em2 <= 2.0)) atomicOr(w.flg, 2);
+        w.acc1 += twin * bk.w1 * q0;
+        const double nmu = mu + bm - ep;
+        mu = nmu;
+        ep = em2;
+        const double g = a.up[w.b];
+        const int ps = w.side ? w.L - t : t - 1;
+        const i64 o = ((i64)w.b * a.T + ps) * C + j;
+        a.gsc[o] = g * nmu;
+        if (w.side == 0) {
+            a.gbb[o] = bm;
+            if (a.geb) a.geb[o] = g * em2;
+            if (t == w.L) a.pen[(i64)w.b * C + j] = em2;
+        } else {
+            a.gbb[o] = em2;
+            if (a.geb) a.geb[o] = g * bm;
+            if (t == w.L) a.pst[(i64)w.b * C + j] = em2;
+        }
+    }
+    w.ebk[k * C + j] = entry;
+    w.A[(k + 1) * w.C4 + j] = an;
+    w.ER[(k + 1) * w.C4 + j] = 0.0;
+    w.ring[j * w.RK + slot] = entry;
+    if (MODE == MT_SAVE) {
+        const i64 row = ((i64)w.b * 2 + w.side) * a.H;
+        a.alpha[(row + t) * C + j] = an;
+        a.u[(row + t - 1) * C + j] = v;
+        if (j == 0) {
+            a.ex[row + t] = w.E;
+            if (t >= 2) a.erm[row + t - 1] = 0.0;
+        }
+    }
+}
+
 // Phase 2, step t = t0 + k of thread j (staged row r). `mu`, `ep`: the running position
 // marginal and the last end marginal (second halves).
 template <int MODE, int CM>
@@ -566,6 +663,22 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
     }
     w.Eold = w.E;
     w.E += e;
+    // The common step, on the whole warp (a vote): the label's window open, nothing of it lost
+    // to underflow, no bound in the last row, G within 2^±300 and the new entry within range.
+    // Then the step is arithmetic only; otherwise the general step below.
+    {
+        const int jj = w.act ? j : 0;
+        const double f = w.sF[r * C + jj], bbf = w.sB[r * C + jj];
+        const double twin = v * bbf;
+        const double entry = twin * w.gim * mt_pow2(-w.gx);
+        const bool easy = !w.act || (f > 0.0 && w.lam == 0.0 && !w.anyer[k] && w.gx <= 300 &&
+                                     w.gx >= -300 && entry >= mt_etiny() && entry <= mt_ehuge());
+        if (__all_sync(0xffffffffu, easy)) {
+            if (w.act) mt_easy<MODE>(w, bk, t0, k, r, slot, EZ, kz, mu, ep, v, e, twin, entry);
+            mt_bar_n(w.C2);
+            return;
+        }
+    }
     if (w.act) {
         const double f = w.sF[r * C + j], fi = w.sFi[r * C + j];
         const double bbf = w.sB[r * C + j], xf = w.sX[r * C + j];
@@ -573,20 +686,7 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
         w.gmo = w.gm;
         w.gxo = w.gx;
         // The window: H (entries before t0-1) and this block's entries t0-1 .. t-2.
-        double s = bk.hf == 0.0 ? 0.0 : bk.hf * w.H[k * C + j];
-        {
-            // Entry kk has d = k - kk + 1 >= 2; wd holds 0 beyond K.
-            const double* eb = w.ebk + j;
-            const double* wd = w.wd + k * C + j;  // Wl[j, k+1] (kk = 0)
-            double s1 = 0.0;
-            int kk = 0;
-            for (; kk + 1 < k; kk += 2) {
-                s += eb[kk * C] * wd[-kk * C];
-                s1 += eb[(kk + 1) * C] * wd[-(kk + 1) * C];
-            }
-            if (kk < k) s += eb[kk * C] * wd[-kk * C];
-            s += s1;
-        }
+        double s = (bk.hf == 0.0 ? 0.0 : bk.hf * w.H[k * C + j]) + mt_inblock(w, k);
         // The marginal factors (second halves).
         double q0 = 0.0, q0e = 0.0, cb = 0.0, cbe = 0.0;
         if (MODE == MT_MARG) {
