@@ -29,43 +29,57 @@
 //!
 //! # The streaming kernels
 //!
-//! One thread block per sequence walks the positions in order (the recurrence is sequential
-//! in `t`); inside a position the block works in parallel over labels and durations. Teams of
-//! up to 32 lanes each take a label and split its `K` durations (or its `C` previous labels)
-//! between their lanes, then reduce them with a butterfly of warp shuffles. The semiring
-//! (log, max, entropy) is a template parameter of the kernels; everything is computed in
-//! `f64` whatever the input type, as on the CPU (model page §8). Scores and boundaries are
-//! stored on the device in the caller's type (`f32` stays `f32`, widened exactly as read).
+//! The semiring (log, max, entropy) is a template parameter of the kernels; everything is
+//! computed in `f64` whatever the input type, as on the CPU (model page §8). Scores and
+//! boundaries are stored on the device in the caller's type (`f32` stays `f32`, widened
+//! exactly as read).
+//!
+//! **The log semiring, static transition** (`kernels/meet.cu`, up to 64 labels): the path of
+//! training and of `log Z`. Each sequence is swept from both ends at once by two thread
+//! blocks, the reverse sweep running the same recurrence on the reversed sequence (whose `α`
+//! is the original's `β`); they meet in the middle, where `Z` is the sum over the segments
+//! covering the middle position of the two sweeps' open segments. A forward pass is two
+//! half-length sweeps. For the backward pass each sweep saves its rows in its first half; in
+//! its second half the other sweep's saved rows complete every marginal (begin, end,
+//! duration, transition; position marginals run from the middle). A sweep runs in blocks of
+//! 8 steps: the window sums over the older ring entries for all 8 steps on every thread of the
+//! block, then one thread per label through the 8 steps (the transition step and the block's
+//! own entries: the only sequential part), then, in a backward, the block's duration and
+//! transition marginals on every thread. Values are kept in the linear domain, relative to one
+//! power of two per step (the previous step's largest `α`) and a multiplier per label (ring
+//! entries do not move; a label is rebased when its multiplier strays), and the parameters are
+//! exponentiated once, so a step costs multiplications and sums. A sequence is rerun by the
+//! log-domain kernels when a finite score, boundary or parameter lies beyond ±50 nats, when a
+//! value overflows, or when values lost to underflow (tracked with a bound per label) could
+//! exceed 2⁻⁶⁰ of a step's largest value or of a marginal; the answer is then the log
+//! domain's. [`CudaEngine::reruns`] counts such sequences and [`CudaEngine::log_domain_only`]
+//! runs every sequence in the log domain.
+//!
+//! **Everything else** (max and entropy, `(K, C, C)` transitions, more than 64 labels, and the
+//! reruns): one thread block per sequence walks the positions in order in the log domain;
+//! teams of up to 32 lanes each take a label and split its `K` durations (or its `C`
+//! previous labels) between their lanes, then reduce them with a butterfly of warp shuffles.
 //!
 //! | operation | time per sequence | device memory |
 //! |---|---|---|
-//! | forward, static transition | `O(T·C·(C+K))` | inputs + `O(K·C)` per sequence |
+//! | forward, static transition | `O(T·C·(C+K))`, two half-length sweeps | inputs + `O((K+8)·C)` per sequence |
 //! | forward, `(K, C, C)` transition | `O(T·K·C²)` | inputs + `O(K·C)` per sequence |
 //! | Viterbi | the forward | + `8·(T+1)·C` bytes of backpointers per sequence |
-//! | forward + backward | about 3× the forward | + `O(T·C)` per sequence (saved `α`, `u`, outputs) |
+//! | forward + backward, static | about 2.5× the forward | + `16·(T+4)·(C+1)` bytes per sequence of saved rows, the outputs |
+//! | forward + backward, `(K, C, C)` | about 3× the forward | + `16·(T+1)·C` bytes per sequence, the outputs |
 //!
-//! **Linear domain.** The log semiring's forward and backward with a static transition run
-//! in the linear domain (`kernels/linear.cu`): every value is kept relative to one power of
-//! two per position, chosen from the previous position's largest value (scaling by a power of
-//! two is exact), and the parameters are exponentiated once, so a position costs
-//! multiplications and sums. A sequence is rerun by the log-domain kernels when a finite
-//! score, boundary or parameter lies beyond ±50 nats, when a value overflows, or when values
-//! lost to underflow (tracked with a bound per label) could exceed 2⁻⁶⁰ of a position's
-//! largest value; the answer is then the log domain's. [`CudaEngine::log_domain_only`] runs
-//! every sequence in the log domain. On an H100 (criterion medians, separate runs of the
-//! `cuda-log` and `cuda` benches) the forward went from 12.0 to 7.9 ms at S4 and from 4.03 to
-//! 1.19 s at S8.
+//! [`EngineInfo::memory_required`] is an upper bound of what a call allocates (it counts
+//! both boundaries whether given or not, and what a log-domain rerun of every sequence would
+//! add), and [`CudaEngine::measure_memory`] measures a call: at S5 (1, 16384, 127, 4), f32, a
+//! forward+backward allocates 2.78 MB against a bound of 3.84 MB (flash-semicrf 0.2.0: 3.21
+//! MB). On an H100 (2026-11-24, whole calls, f32) a forward+backward takes 0.43 ms at S1, 6.2
+//! ms at S4, 19.5 ms at S5, 7.2 ms at S6 and 1.70 s at S8 (1, 100000, 1000, 24); the README
+//! compares them with the CPU engine and flash-semicrf.
 //!
-//! The backward pass keeps the forward's `α` (and `u`) for every position instead of
-//! recomputing them, which a GPU's memory affords. [`EngineInfo::memory_required`] is an
-//! upper bound of what a call allocates (it counts both boundaries whether given or not), and
-//! [`CudaEngine::measure_memory`] measures a call: at S5 (1, 16384, 127, 4), f32, a
-//! forward+backward allocates 2.65 MB against a bound of 3.70 MB.
-//!
-//! **Determinism.** Every reduction has a fixed order (lanes in index order, then a fixed
-//! butterfly), every accumulator of a gradient is owned by one thread for the whole pass, and
-//! the batch is summed on the host in ascending order: results are bitwise identical from run
-//! to run. No float atomics are used.
+//! **Determinism.** Every reduction has a fixed order (lanes and threads in index order,
+//! then a fixed butterfly), every accumulator of a gradient is owned by one thread, and the
+//! batch is summed on the host in ascending order: results are bitwise identical from run to
+//! run. No float atomics are used.
 //!
 //! # The edge-form kernels (exact and scan)
 //!
@@ -124,10 +138,10 @@ impl CudaEngine {
         }
     }
 
-    /// The same engine without the linear-domain kernels: the log semiring's forward and
-    /// backward run in the log domain for every sequence, as they do by default only for
-    /// sequences outside the linear domain's range (see the crate docs). Slower; for
-    /// comparison and testing.
+    /// The same engine without the linear-domain kernels (`kernels/meet.cu`): the log
+    /// semiring's forward and backward run in the log domain for every sequence, as they do
+    /// by default only for sequences outside the linear domain's range (see the crate docs).
+    /// Slower; for comparison and testing.
     pub fn log_domain_only(mut self) -> Self {
         self.linear = false;
         self
