@@ -42,7 +42,8 @@
 //
 // Ring entries do not move: the entry of start s is twin_s / G_s(j), where G_t(j) is the
 // product of exp(scores[t', j])·2^-e over the steps since the label was last rebased, so that
-// the twin of start s at time t (scores s..t-1 added) is entry·G_t and
+// the twin of start s at time t (scores s..t-1 added) is entry·G_t (G is kept as a mantissa
+// and a power of two, so it never leaves the range) and
 //
 //     α̃_t(j) = exp(eb[t-1, j] + Md_j) · (G_t(j)·Σ_{d>=2} entry_{t-d}(j)·Wl[j, d] + twin_{t-1}(j)·f·Wl[j, 1]).
 //
@@ -54,12 +55,12 @@
 //
 // `flag[b]` says why a sequence is left to the log-domain kernels:
 // 1 a finite score or boundary beyond ±50 nats, 2 an overflow (an entry above 2^800, an α̃
-// above 2^900), 4 values lost to underflow that could matter. An entry below 2^-800 is
-// replaced by 0 and counted as lost: λ_j bounds
-// every lost entry of label j in the window (`last` is the newest one's start). A step whose
-// lost values could exceed 2^-60 of its largest α̃, or 2^-60 of a marginal in absolute terms,
-// or a meet whose could exceed 2^-60 of Z, gives the sequence up. A value 0 with no bound is
-// -inf: nothing is lost by underflow without raising a bound.
+// above 2^900, a marginal above 2), 4 values lost to underflow that could matter. An entry
+// below 2^-800 is replaced by 0 and counted as lost: λ_j bounds every lost entry of label j
+// in the window (`last` is the newest one's start). A step whose lost values could exceed
+// 2^-60 of its largest α̃, or 2^-60 of a marginal in absolute terms, or a meet whose could
+// exceed 2^-60 of Z, gives the sequence up. A value 0 with no bound is -inf: nothing is lost
+// by underflow without raising a bound.
 //
 // # Blocks of steps
 //
@@ -71,9 +72,11 @@
 //    entries of starts before t0 - 1, H_t(j) = Σ_{s<=t0-2} entry_s(j)·Wl[j, t-s] (groups of
 //    lanes split each sum and reduce it with a butterfly).
 // 2. One thread per label, step by step: the transition step (a dot product over the
-//    previous α̃ row), the few window terms of starts t0-1 .. t-2 (entries the thread made in
-//    this block, kept in registers), the new entry and α̃_t(j). The threads of this phase
-//    share α̃ rows through shared memory, one barrier a step (a warp's when C <= 32).
+//    previous α̃ row), the few window terms of starts t0-1 .. t-2 (the entries the thread
+//    made in this block), the new entry and α̃_t(j). The threads of this phase share α̃ rows
+//    through shared memory, one barrier a step (a warp's when C <= 32). A step in which no
+//    label of a warp has anything unusual (a closed window, lost values, bounds, a rebase)
+//    takes a short path of arithmetic only (`mt_easy`).
 // 3. (Second halves.) All threads: the duration and transition marginals of the block's
 //    steps, each accumulator owned by one thread.
 //
@@ -618,7 +621,7 @@ __device__ __forceinline__ void mt_easy(Sweep& w, Blk& bk, int t0, int k, int r,
 
 // Phase 2, step t = t0 + k of thread j (staged row r). `mu`, `ep`: the running position
 // marginal and the last end marginal (second halves).
-template <int MODE, int CM>
+template <int MODE>
 __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r, int slot,
                                         i64 EZ, double kz, double& mu, double& ep) {
     const MArgs& a = w.a;
@@ -802,7 +805,7 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
 }
 
 // Phase 2 of a block: steps k < n, one after the other.
-template <int MODE, int CM>
+template <int MODE>
 __device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 EZ, double kz,
                                           double& mu, double& ep) {
     Blk bk;
@@ -824,7 +827,7 @@ __device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 E
     }
     int slot = mt_mod(t0 - 1, w.RK);  // the ring slot of start t-1
     for (int k = 0; k < n; ++k) {
-        mt_step<MODE, CM>(w, bk, t0, k, r0 + k, slot, EZ, kz, mu, ep);
+        mt_step<MODE>(w, bk, t0, k, r0 + k, slot, EZ, kz, mu, ep);
         slot = slot + 1 == w.RK ? 0 : slot + 1;
     }
     if (w.act) {
@@ -838,7 +841,7 @@ __device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 E
 
 // Steps tfirst .. tlast of a sweep, in blocks of MT_P. Before it: A[0] and ER[0] hold the
 // row of step tfirst-1, and the label state is in the registers of threads j < C.
-template <int MODE, int CM>
+template <int MODE>
 __device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, double& mu,
                        double& ep, const double* oal, const double* ou, const i64* oex,
                        const double* oerm) {
@@ -861,7 +864,7 @@ __device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, doubl
         for (int x = threadIdx.x; x < P; x += blockDim.x) w.anyer[x + 1] = 0;
         mt_phase1(w, t0, n);
         __syncthreads();
-        if (threadIdx.x < w.C2) mt_phase2<MODE, CM>(w, t0, n, r0, EZ, kz, mu, ep);
+        if (threadIdx.x < w.C2) mt_phase2<MODE>(w, t0, n, r0, EZ, kz, mu, ep);
         __syncthreads();
         if (MODE == MT_MARG) mt_phase3(w, t0, n);
         if (n < P) {
@@ -948,7 +951,7 @@ __device__ void mt_save(Sweep& w, double* s, int steps) {
 __device__ __forceinline__ int mt_seq(const MArgs& a, int q) { return a.seq ? a.seq[q] : q; }
 
 // First halves: the forward sweep through steps 1..m, the reverse one through 1..L-m+1.
-template <int MODE, bool RS, int CM>
+template <int MODE, bool RS>
 __device__ void meet_a(const MArgs& a) {
     const int b = mt_seq(a, blockIdx.x >> 1), side = blockIdx.x & 1;
     MEET_SMEM(smem);
@@ -987,7 +990,7 @@ __device__ void meet_a(const MArgs& a) {
     }
     const int steps = side ? w.L - w.m + 1 : w.m;
     double mu = 0.0, ep = 0.0;
-    mt_run<MODE, CM>(w, 1, steps, 0, 0.0, mu, ep, nullptr, nullptr, nullptr, nullptr);
+    mt_run<MODE>(w, 1, steps, 0, 0.0, mu, ep, nullptr, nullptr, nullptr, nullptr);
     if (MODE == MT_SAVE && threadIdx.x == 0) {
         // The last row's bound (the others were written at the next step).
         double em = 0.0;
@@ -1130,7 +1133,7 @@ __device__ void meet_z(const MArgs& a) {
 
 // Second halves: the meet, then each sweep through the rest of the sequence with the other's
 // saved rows, the marginals and their position sums, and the tail (boundary marginals).
-template <bool RS, int CM>
+template <bool RS>
 __device__ void meet_b(const MArgs& a) {
     const int b = mt_seq(a, blockIdx.x >> 1), side = blockIdx.x & 1;
     MEET_SMEM(smem);
@@ -1197,7 +1200,7 @@ __device__ void meet_b(const MArgs& a) {
     mt_load(w, side ? sr : sf);
     w.acc1 = d1;
     const int first = side ? L - m + 2 : m + 1;
-    if (r.z > 0.0) mt_run<MT_MARG, CM>(w, first, L, r.EZ, kz, mu, ep, oal, ou, oex, oerm);
+    if (r.z > 0.0) mt_run<MT_MARG>(w, first, L, r.EZ, kz, mu, ep, oal, ou, oex, oerm);
     if (w.act && r.z > 0.0) w.pd[w.j] = w.acc1;
     __syncthreads();
     // Boundary marginals and the begin marginals scaled, over the positions this block wrote
@@ -1226,10 +1229,10 @@ __device__ void meet_b(const MArgs& a) {
 // One kernel per placement of the ring (suffix _r: shared memory), so that shared memory is
 // addressed directly.
 #define MT_K extern "C" __global__ void __launch_bounds__(512)
-MT_K meet_fwd_log(MArgs a) { meet_a<MT_FWD, false, 0>(a); }
-MT_K meet_fwd_log_r(MArgs a) { meet_a<MT_FWD, true, 0>(a); }
-MT_K meet_save_log(MArgs a) { meet_a<MT_SAVE, false, 0>(a); }
-MT_K meet_save_log_r(MArgs a) { meet_a<MT_SAVE, true, 0>(a); }
-MT_K meet_bwd_log(MArgs a) { meet_b<false, 0>(a); }
-MT_K meet_bwd_log_r(MArgs a) { meet_b<true, 0>(a); }
+MT_K meet_fwd_log(MArgs a) { meet_a<MT_FWD, false>(a); }
+MT_K meet_fwd_log_r(MArgs a) { meet_a<MT_FWD, true>(a); }
+MT_K meet_save_log(MArgs a) { meet_a<MT_SAVE, false>(a); }
+MT_K meet_save_log_r(MArgs a) { meet_a<MT_SAVE, true>(a); }
+MT_K meet_bwd_log(MArgs a) { meet_b<false>(a); }
+MT_K meet_bwd_log_r(MArgs a) { meet_b<true>(a); }
 MT_K meet_z_log(MArgs a) { meet_z(a); }
