@@ -108,6 +108,11 @@ pub(crate) struct Layout {
 /// which also stage the other sweep's rows): the most staged steps (64 down to 8) that keep
 /// the ring in shared memory, else the most without it.
 pub(crate) fn layout(k: usize, c: usize, limit: usize, marg: bool) -> Layout {
+    layout_with(k, c, limit, marg, true)
+}
+
+/// [`layout`], with the ring kept out of shared memory unless `ring` (for tests).
+pub(crate) fn layout_with(k: usize, c: usize, limit: usize, marg: bool, ring: bool) -> Layout {
     let words = limit / 8;
     let ring_words = (k + P) * c;
     // The kernels' header (`Sweep`): α̃ rows and bounds (C rounded up to 4), H, G·Q0, cB, the
@@ -119,7 +124,7 @@ pub(crate) fn layout(k: usize, c: usize, limit: usize, marg: bool) -> Layout {
     let base = |ch: usize| header + 4 * ch * c + if marg { 2 * ch * c + 4 * ch } else { 0 };
     let top = (4096 / c.max(1)).clamp(P, 64);
     let chs: Vec<usize> = (0..4).map(|i| 64 >> i).filter(|&ch| ch <= top).collect();
-    for ring in [true, false] {
+    for ring in [ring, false] {
         for &ch in &chs {
             let w = base(ch) + if ring { ring_words } else { 0 };
             if w <= words {
@@ -480,6 +485,305 @@ mod tests {
                     "{k} {lay:?}: {name}"
                 );
             }
+        }
+    }
+
+    /// The kernels of `kernels/meet.cu` compiled for the CPU emulation of `tests/emu`
+    /// (`c++` or `$CXX`, C++20, threads, and the extra `flags`) into `name` in the temporary
+    /// directory; `None`, with the reason printed, where no C++ compiler can be started
+    /// (a failure instead when `SEMICRF_REQUIRE_CXX=1`, as CI sets it).
+    fn build_emulator(name: &str, flags: &[&str]) -> Option<std::path::PathBuf> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let exe = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let run = std::process::Command::new(&cxx)
+            .args(["-std=c++20", "-O1", "-pthread"])
+            .args(flags)
+            .arg("-I")
+            .arg(dir.join("kernels"))
+            .arg(dir.join("tests/emu/meet_main.cpp"))
+            .arg("-o")
+            .arg(&exe)
+            .output();
+        match run {
+            Err(e) if std::env::var("SEMICRF_REQUIRE_CXX").as_deref() == Ok("1") => {
+                panic!("SEMICRF_REQUIRE_CXX=1 but no C++ compiler ({cxx}: {e})")
+            }
+            Err(e) => {
+                eprintln!("skipped: no C++ compiler ({cxx}: {e})");
+                None
+            }
+            Ok(o) if !o.status.success() => panic!(
+                "the emulated kernels do not compile:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Ok(_) => Some(exe),
+        }
+    }
+
+    fn emulator() -> Option<std::path::PathBuf> {
+        static EXE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+        EXE.get_or_init(|| build_emulator("semicrf-meet-emu", &[]))
+            .clone()
+    }
+
+    /// What one emulated call returns.
+    struct Emulated {
+        out: Vec<f64>,
+        flag: Vec<f64>,
+        rest: Vec<f64>,
+    }
+
+    /// Runs the kernels on `p` under the emulation, with `threads` per block and, where
+    /// `ring`, the ring in shared memory: the forward pass, or the backward pass with
+    /// upstream gradients `up`.
+    fn emulate(
+        exe: &std::path::Path,
+        p: &semicrf_core::Potentials<'_, f64>,
+        threads: usize,
+        ring: bool,
+        up: Option<&[f64]>,
+    ) -> Emulated {
+        let sh = p.shape();
+        let (b, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
+        let tr: Vec<f64> = (0..c * c)
+            .map(|x| p.transition_at(1, x / c, x % c))
+            .collect();
+        let dur: Vec<f64> = (0..k * c)
+            .map(|x| p.duration_at(x / c + 1, x % c))
+            .collect();
+        let st: Vec<f64> = (0..c).map(|j| p.start_at(j)).collect();
+        let en: Vec<f64> = (0..c).map(|j| p.end_at(j)).collect();
+        let par = params(&tr, &dur, &st, &en, k, c).expect("parameters within the range");
+        let limit = 227 * 1024;
+        let la = layout_with(k, c, limit, false, ring);
+        let lb = layout_with(k, c, limit, true, ring);
+        let ch = la.ch.min(lb.ch);
+        let (la, lb) = (
+            layout_at(k, c, ch, la.ring, false),
+            layout_at(k, c, ch, lb.ring, true),
+        );
+        let mut buf: Vec<u8> = Vec::new();
+        let mut int = |x: i64| buf.extend_from_slice(&x.to_le_bytes());
+        let backward = up.is_some();
+        for x in [
+            b as i64,
+            t as i64,
+            k as i64,
+            c as i64,
+            rows(t) as i64,
+            ch as i64,
+            threads as i64,
+            la.ring as i64,
+            lb.ring as i64,
+            la.bytes as i64,
+            lb.bytes as i64,
+            backward as i64,
+            p.begin_boundary().is_some() as i64,
+            p.end_boundary().is_some() as i64,
+        ] {
+            int(x);
+        }
+        for &l in p.lengths() {
+            int(l as i64);
+        }
+        let mut f64s = |v: &mut dyn Iterator<Item = f64>| {
+            for x in v {
+                buf.extend_from_slice(&x.to_le_bytes());
+            }
+        };
+        f64s(&mut p.scores().iter().copied());
+        if let Some(a) = p.begin_boundary() {
+            f64s(&mut a.iter().copied());
+        }
+        if let Some(a) = p.end_boundary() {
+            f64s(&mut a.iter().copied());
+        }
+        buf.extend_from_slice(&(par.len() as i64).to_le_bytes());
+        let ones = vec![1.0; b];
+        let mut f64s2 = |v: &[f64]| {
+            for x in v {
+                buf.extend_from_slice(&x.to_le_bytes());
+            }
+        };
+        f64s2(&par);
+        f64s2(up.unwrap_or(&ones));
+        let dir = std::env::temp_dir();
+        let id = std::process::id();
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (fin, fout) = (
+            dir.join(format!("semicrf-meet-emu-{id}-{call}.in")),
+            dir.join(format!("semicrf-meet-emu-{id}-{call}.out")),
+        );
+        std::fs::write(&fin, &buf).unwrap();
+        let o = std::process::Command::new(exe)
+            .arg(&fin)
+            .arg(&fout)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "emulated kernels: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let bytes = std::fs::read(&fout).unwrap();
+        let _ = std::fs::remove_file(&fin);
+        let _ = std::fs::remove_file(&fout);
+        let v: Vec<f64> = bytes
+            .chunks(8)
+            .map(|w| f64::from_le_bytes(w.try_into().unwrap()))
+            .collect();
+        Emulated {
+            out: v[..2 * b].to_vec(),
+            flag: v[2 * b..3 * b].to_vec(),
+            rest: v[3 * b..].to_vec(),
+        }
+    }
+
+    /// The layout of `ch` staged steps (the same for both kernels, as the emulation stages).
+    fn layout_at(k: usize, c: usize, ch: usize, ring: bool, marg: bool) -> Layout {
+        let lay = layout_with(k, c, usize::MAX / 2, marg, ring);
+        // The bytes at `lay.ch`, less the difference in staged steps.
+        let per_step = 8 * (4 * c + if marg { 2 * c + 4 } else { 0 });
+        Layout {
+            ch,
+            ring,
+            bytes: lay.bytes - per_step * (lay.ch - ch),
+        }
+    }
+
+    /// The kernels of `kernels/meet.cu`, run on the CPU by the emulation of `tests/emu`
+    /// (every thread a thread, barriers and warp operations emulated), against the f64
+    /// reference: log Z of the forward pass, and every gradient and boundary marginal of the
+    /// backward pass, on random problems with every optional input, ragged lengths, `-inf`
+    /// scores and transitions, one and two warps of labels, the ring in shared or global
+    /// memory; and none of them is given up. Skipped where no C++ compiler can be started.
+    #[test]
+    fn the_kernels_match_the_reference_under_a_cpu_emulation() {
+        use semicrf_core::reference::Reference;
+        use semicrf_core::testing::{
+            GenSpec, Tolerance, TransitionKind, assert_gradients_close, random_problem, upstream,
+        };
+        use semicrf_core::{Engine, Gradients, Problem};
+        let Some(exe) = emulator() else { return };
+        let mut n = 0;
+        for seed in 0..28u64 {
+            let (b, t, k, c) = match seed % 7 {
+                0 => (3, 12, 4, 3),
+                1 => (2, 30, 9, 5),
+                2 => (1, 1, 3, 2),
+                3 => (2, 40, 25, 4),
+                4 => (1, 17, 1, 6),
+                5 => (2, 9, 12, 2),
+                _ => (1, 11, 5, 40),
+            };
+            let mut spec = GenSpec::new(b, t, k, c);
+            if seed % 2 == 0 {
+                spec = spec.everything();
+            }
+            spec.transition = TransitionKind::Static;
+            spec.scale = [1.0, 3.0, 10.0][seed as usize % 3];
+            spec.forbid_scores = if seed % 4 == 1 { 0.1 } else { 0.0 };
+            spec.forbid_transitions = if seed % 5 == 2 && c > 1 { 0.2 } else { 0.0 };
+            let owned = random_problem(500 + seed, &spec);
+            let p = owned.view().unwrap();
+            let problem = Problem::Structured(p.clone());
+            let threads = if seed % 3 == 0 { 128 } else { 32 }.max(c.div_ceil(32) * 32);
+            let ring = seed % 4 != 3;
+            let tag = format!("seed {seed}: B={b} T={t} K={k} C={c}");
+            let want = Reference.backward(&problem, &upstream(seed, b));
+            let Ok(want) = want else { continue };
+            let fwd = emulate(&exe, &p, threads, ring, None);
+            assert!(
+                fwd.flag.iter().all(|&f| f == 0.0),
+                "{tag}: given up {:?}",
+                fwd.flag
+            );
+            for x in 0..b {
+                assert!(
+                    Tolerance::F64_VALUES.ok(fwd.out[2 * x], want.log_z[x]),
+                    "{tag}: log Z {} vs {}",
+                    fwd.out[2 * x],
+                    want.log_z[x]
+                );
+            }
+            let g = upstream(seed, b);
+            let bwd = emulate(&exe, &p, threads, ring, Some(&g));
+            assert!(
+                bwd.flag.iter().all(|&f| f == 0.0),
+                "{tag}: given up {:?}",
+                bwd.flag
+            );
+            let btc = b * t * c;
+            let r = &bwd.rest;
+            let arr3 = |off: usize| {
+                ndarray::Array3::from_shape_vec((b, t, c), r[off..off + btc].to_vec()).unwrap()
+            };
+            let (bm0, pd0) = (3 * btc, 3 * btc + b * t);
+            let (pt0, ps0) = (pd0 + b * 2 * k * c, pd0 + b * 2 * k * c + b * 2 * c * c);
+            let pe0 = ps0 + b * c;
+            let sum = |off: usize, n: usize, sides: usize| -> Vec<f64> {
+                (0..n)
+                    .map(|i| {
+                        (0..b)
+                            .map(|x| {
+                                g[x] * (0..sides)
+                                    .map(|s| r[off + (x * sides + s) * n + i])
+                                    .sum::<f64>()
+                            })
+                            .sum()
+                    })
+                    .collect()
+            };
+            let got = Gradients {
+                scores: Some(arr3(0)),
+                begin_boundary: p.begin_boundary().map(|_| arr3(btc)),
+                end_boundary: p.end_boundary().map(|_| arr3(2 * btc)),
+                duration: Some(
+                    ndarray::Array2::from_shape_vec((k, c), sum(pd0, k * c, 2)).unwrap(),
+                ),
+                transition: Some(
+                    ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[c, c]), sum(pt0, c * c, 2))
+                        .unwrap(),
+                ),
+                start: Some(ndarray::Array1::from(sum(ps0, c, 1))),
+                end: Some(ndarray::Array1::from(sum(pe0, c, 1))),
+                edges: None,
+            };
+            assert_gradients_close(&tag, &got, &want.grad, Tolerance::F64_GRADS);
+            for (i, w) in want.boundary_marginals.iter().enumerate() {
+                assert!(
+                    Tolerance::F64_GRADS.ok(r[bm0 + i], *w),
+                    "{tag}: boundary marginal {i}: {} vs {w}",
+                    r[bm0 + i]
+                );
+            }
+            n += 1;
+        }
+        assert!(n >= 24, "only {n} problems compared");
+    }
+
+    /// The same emulation built with ThreadSanitizer: no shared-memory access of one thread
+    /// is left unordered against another's by the kernels' barriers (a missing barrier makes
+    /// it report, and the run fail). A forward and a backward pass on one warp of labels and
+    /// on two, with `-inf` scores (the general step) and without (the short one). Skipped
+    /// where no C++ compiler can be started.
+    #[test]
+    fn the_emulated_kernels_leave_no_access_unordered() {
+        use semicrf_core::testing::{GenSpec, TransitionKind, random_problem, upstream};
+        let Some(exe) = build_emulator("semicrf-meet-tsan", &["-fsanitize=thread", "-g"]) else {
+            return;
+        };
+        for (seed, (b, t, k, c)) in [(2, 20, 7, 5), (1, 12, 4, 40)].into_iter().enumerate() {
+            let mut spec = GenSpec::new(b, t, k, c).everything();
+            spec.transition = TransitionKind::Static;
+            spec.forbid_scores = if seed == 0 { 0.1 } else { 0.0 };
+            let owned = random_problem(900 + seed as u64, &spec);
+            let p = owned.view().unwrap();
+            let threads = 64.max(c.div_ceil(32) * 32);
+            emulate(&exe, &p, threads, true, None);
+            emulate(&exe, &p, threads, seed == 0, Some(&upstream(1, b)));
         }
     }
 
