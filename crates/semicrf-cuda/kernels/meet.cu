@@ -213,7 +213,9 @@ __device__ __forceinline__ int mt_expo(double x) {
 struct Sweep {
     const MArgs& a;
     Par p;
-    int b, side, L, K, RK, C, C4, m, C2;  // RK: ring slots per label; C4: C rounded up to 4
+    // RK: ring slots per label; C4: the rows' stride, C rounded up to 4 (or to the kernel's
+    // label width, `mt_fast`)
+    int b, side, L, K, RK, C, C4, m, C2;
     int j;
     bool act;  // thread j is a label's
     // label j's state (thread j): G = gm·2^gx, 1/G = gim·2^-gx, G before the last update
@@ -230,7 +232,7 @@ struct Sweep {
     double *pd, *pt;  // this sweep's duration and transition marginals (second halves)
 
     __device__ __forceinline__ Sweep(const MArgs& args, int bb_, int side_, double* smem,
-                                     bool marg)
+                                     bool marg, int ct)
         : a(args), p(args, side_) {
         b = bb_;
         side = side_;
@@ -238,7 +240,7 @@ struct Sweep {
         K = (int)a.K;
         RK = K + MT_P;
         C = (int)a.C;
-        C4 = (C + 3) / 4 * 4;
+        C4 = ct > 0 ? ct : (C + 3) / 4 * 4;
         C2 = (C + 31) / 32 * 32;
         m = (L + 1) / 2 > 1 ? (L + 1) / 2 : 1;
         j = threadIdx.x;
@@ -539,15 +541,14 @@ __device__ __forceinline__ double mt_inblock(const Sweep& w, int k) {
 }
 
 // The common step of label j (see `mt_step`): its transition sum v, the scale step e, the
-// new twin and entry are known.
+// new twin and entry, and the window's sum s (H and this block's entries) are known.
 template <int MODE>
 __device__ __forceinline__ void mt_easy(Sweep& w, Blk& bk, int t0, int k, int r, int slot,
                                         i64 EZ, double kz, double& mu, double& ep, double v,
-                                        int e, double twin, double entry) {
+                                        int e, double twin, double entry, double s) {
     const MArgs& a = w.a;
     const int K = w.K, C = w.C, j = w.j, t = t0 + k;
     const double f = w.sF[r * C + j], fi = w.sFi[r * C + j], xf = w.sX[r * C + j];
-    const double s = bk.hf * w.H[k * C + j] + mt_inblock(w, k);
     w.gmo = w.gm;
     w.gxo = w.gx;
     double q0 = 0.0, q0e = 0.0, cb = 0.0, cbe = 0.0;
@@ -677,7 +678,10 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
         const bool easy = !w.act || (f > 0.0 && w.lam == 0.0 && !w.anyer[k] && w.gx <= 300 &&
                                      w.gx >= -300 && entry >= mt_etiny() && entry <= mt_ehuge());
         if (__all_sync(0xffffffffu, easy)) {
-            if (w.act) mt_easy<MODE>(w, bk, t0, k, r, slot, EZ, kz, mu, ep, v, e, twin, entry);
+            if (w.act) {
+                const double s = bk.hf * w.H[k * C + j] + mt_inblock(w, k);
+                mt_easy<MODE>(w, bk, t0, k, r, slot, EZ, kz, mu, ep, v, e, twin, entry, s);
+            }
             mt_bar_n(w.C2);
             return;
         }
@@ -804,8 +808,97 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
     mt_bar_n(w.C2);
 }
 
-// Phase 2 of a block: steps k < n, one after the other.
-template <int MODE>
+// The window's sum of step k over this block's entries (`mt_inblock`, in the same order) from
+// registers: er[kk] the entry of start t0-1+kk, wr[d-1] = Wl[j, d].
+__device__ __forceinline__ double mt_inreg(const double* er, const double* wr, int k) {
+    double s0 = 0.0, s1 = 0.0;
+    int kk = 0;
+    for (; kk + 1 < k; kk += 2) {
+        s0 += er[kk] * wr[k - kk];
+        s1 += er[kk + 1] * wr[k - kk - 1];
+    }
+    if (kk < k) s0 += er[kk] * wr[k - kk];
+    return s0 + s1;
+}
+
+// Phase 2 for at most CT <= 32 labels (one warp), compiled for that width: the block's steps
+// unrolled, with label j's column of Tl, its first P+1 duration weights and the entries it
+// made in this block in registers, so that a common step is arithmetic on registers and one
+// row of shared memory. Each step is the common step of `mt_step` (`mt_easy`), computed in
+// the same order, so results are those of the general loop; the first step that any label
+// cannot take that way is left undone and the number of steps done returned, for `mt_step`
+// to go on from there.
+template <int MODE, int CT>
+__device__ __forceinline__ int mt_fast(Sweep& w, Blk& bk, int t0, int n, int r0, i64 EZ,
+                                       double kz, double& mu, double& ep) {
+    constexpr int P = MT_P;
+    const int C = w.C, jj = w.act ? w.j : 0;
+#ifndef MT_TCR
+#define MT_TCR 8
+#endif
+    constexpr bool TR = CT <= MT_TCR;  // Tl's column in registers, else read from shared memory
+    double tc[TR ? CT : 1], wr[P + 1], er[P];
+    const double* tcs = w.tl + jj;
+    if constexpr (TR) {
+#pragma unroll
+        for (int i = 0; i < CT; ++i) tc[i] = tcs[i * C];  // rows C .. CT-1 are zeros
+    }
+#pragma unroll
+    for (int d = 0; d <= P; ++d) wr[d] = w.wd[d * C + jj];
+    int slot = mt_mod(t0 - 1, w.RK);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+        if (k >= n) return n;
+        const int t = t0 + k, r = r0 + k;
+        // The transition step over the padded row (its zeros add exact zeros).
+        double v, mx = 0.0;
+        if (t == 1) {
+            v = w.u0;
+        } else {
+            const double* Ap = w.A + k * CT;
+            double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0, m0 = 0.0, m1 = 0.0;
+#pragma unroll
+            for (int i = 0; i < CT; i += 4) {
+                const double x0 = Ap[i], x1 = Ap[i + 1], x2 = Ap[i + 2], x3 = Ap[i + 3];
+                v0 += x0 * (TR ? tc[TR ? i : 0] : tcs[i * C]);
+                v1 += x1 * (TR ? tc[TR ? i + 1 : 0] : tcs[(i + 1) * C]);
+                v2 += x2 * (TR ? tc[TR ? i + 2 : 0] : tcs[(i + 2) * C]);
+                v3 += x3 * (TR ? tc[TR ? i + 3 : 0] : tcs[(i + 3) * C]);
+                m0 = m0 > x0 ? m0 : x0;
+                m1 = m1 > x1 ? m1 : x1;
+                m0 = m0 > x2 ? m0 : x2;
+                m1 = m1 > x3 ? m1 : x3;
+            }
+            v = (v0 + v1) + (v2 + v3);
+            mx = m0 > m1 ? m0 : m1;
+        }
+        int e = 0;
+        if (t >= 2 && mx > 0.0) {
+            e = mt_expo(mx);
+            e = e < -MT_STEP ? -MT_STEP : e > MT_STEP ? MT_STEP : e;
+        }
+        const double f = w.sF[r * C + jj], bbf = w.sB[r * C + jj];
+        const double twin = v * bbf;
+        const double entry = twin * w.gim * mt_pow2(-w.gx);
+        const bool easy = !w.act || (f > 0.0 && w.lam == 0.0 && !w.anyer[k] && w.gx <= 300 &&
+                                     w.gx >= -300 && entry >= mt_etiny() && entry <= mt_ehuge());
+        if (!__all_sync(0xffffffffu, easy)) return k;
+        w.Eold = w.E;
+        w.E += e;
+        if (w.act) {
+            const double s = bk.hf * w.H[k * C + jj] + mt_inreg(er, wr, k);
+            mt_easy<MODE>(w, bk, t0, k, r, slot, EZ, kz, mu, ep, v, e, twin, entry, s);
+            er[k] = entry;
+        }
+        __syncwarp();
+        slot = slot + 1 == w.RK ? 0 : slot + 1;
+    }
+    return n;
+}
+
+// Phase 2 of a block: steps k < n, one after the other (the first ones by `mt_fast` where
+// the kernel is compiled for a label width CT).
+template <int MODE, int CT>
 __device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 EZ, double kz,
                                           double& mu, double& ep) {
     Blk bk;
@@ -825,8 +918,10 @@ __device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 E
         w.rfm[w.j] = 0.0;
         w.newest[w.j] = -1;
     }
-    int slot = mt_mod(t0 - 1, w.RK);  // the ring slot of start t-1
-    for (int k = 0; k < n; ++k) {
+    int k0 = 0;
+    if constexpr (CT > 0) k0 = mt_fast<MODE, CT>(w, bk, t0, n, r0, EZ, kz, mu, ep);
+    int slot = mt_mod(t0 - 1 + k0, w.RK);  // the ring slot of start t-1
+    for (int k = k0; k < n; ++k) {
         mt_step<MODE>(w, bk, t0, k, r0 + k, slot, EZ, kz, mu, ep);
         slot = slot + 1 == w.RK ? 0 : slot + 1;
     }
@@ -841,7 +936,7 @@ __device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 E
 
 // Steps tfirst .. tlast of a sweep, in blocks of MT_P. Before it: A[0] and ER[0] hold the
 // row of step tfirst-1, and the label state is in the registers of threads j < C.
-template <int MODE>
+template <int MODE, int CT>
 __device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, double& mu,
                        double& ep, const double* oal, const double* ou, const i64* oex,
                        const double* oerm) {
@@ -864,7 +959,7 @@ __device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, doubl
         for (int x = threadIdx.x; x < P; x += blockDim.x) w.anyer[x + 1] = 0;
         mt_phase1(w, t0, n);
         __syncthreads();
-        if (threadIdx.x < w.C2) mt_phase2<MODE>(w, t0, n, r0, EZ, kz, mu, ep);
+        if (threadIdx.x < w.C2) mt_phase2<MODE, CT>(w, t0, n, r0, EZ, kz, mu, ep);
         __syncthreads();
         if (MODE == MT_MARG) mt_phase3(w, t0, n);
         if (n < P) {
@@ -951,11 +1046,11 @@ __device__ void mt_save(Sweep& w, double* s, int steps) {
 __device__ __forceinline__ int mt_seq(const MArgs& a, int q) { return a.seq ? a.seq[q] : q; }
 
 // First halves: the forward sweep through steps 1..m, the reverse one through 1..L-m+1.
-template <int MODE, bool RS>
+template <int MODE, bool RS, int CT>
 __device__ void meet_a(const MArgs& a) {
     const int b = mt_seq(a, blockIdx.x >> 1), side = blockIdx.x & 1;
     MEET_SMEM(smem);
-    Sweep w(a, b, side, smem, false);
+    Sweep w(a, b, side, smem, false, CT);
     mt_place<RS>(w);
     mt_params(w);
     const int C = w.C, K = w.K;
@@ -990,7 +1085,7 @@ __device__ void meet_a(const MArgs& a) {
     }
     const int steps = side ? w.L - w.m + 1 : w.m;
     double mu = 0.0, ep = 0.0;
-    mt_run<MODE>(w, 1, steps, 0, 0.0, mu, ep, nullptr, nullptr, nullptr, nullptr);
+    mt_run<MODE, CT>(w, 1, steps, 0, 0.0, mu, ep, nullptr, nullptr, nullptr, nullptr);
     if (MODE == MT_SAVE && threadIdx.x == 0) {
         // The last row's bound (the others were written at the next step).
         double em = 0.0;
@@ -1120,7 +1215,7 @@ __device__ Met mt_meet(Sweep& w, const double* sf, const double* sr, double* zl)
 __device__ void meet_z(const MArgs& a) {
     const int b = mt_seq(a, blockIdx.x);
     MEET_SMEM(smem);
-    Sweep w(a, b, 0, smem, false);
+    Sweep w(a, b, 0, smem, false, 0);
     const i64 sl = state_len(w.K, w.C);
     const double* sf = a.st + ((i64)b * 2) * sl;
     const Met r = mt_meet(w, sf, sf + sl, w.sF);
@@ -1133,11 +1228,11 @@ __device__ void meet_z(const MArgs& a) {
 
 // Second halves: the meet, then each sweep through the rest of the sequence with the other's
 // saved rows, the marginals and their position sums, and the tail (boundary marginals).
-template <bool RS>
+template <bool RS, int CT>
 __device__ void meet_b(const MArgs& a) {
     const int b = mt_seq(a, blockIdx.x >> 1), side = blockIdx.x & 1;
     MEET_SMEM(smem);
-    Sweep w(a, b, side, smem, true);
+    Sweep w(a, b, side, smem, true, CT);
     mt_place<RS>(w);
     mt_params(w);
     const int C = w.C, K = w.K, L = w.L, m = w.m;
@@ -1200,7 +1295,7 @@ __device__ void meet_b(const MArgs& a) {
     mt_load(w, side ? sr : sf);
     w.acc1 = d1;
     const int first = side ? L - m + 2 : m + 1;
-    if (r.z > 0.0) mt_run<MT_MARG>(w, first, L, r.EZ, kz, mu, ep, oal, ou, oex, oerm);
+    if (r.z > 0.0) mt_run<MT_MARG, CT>(w, first, L, r.EZ, kz, mu, ep, oal, ou, oex, oerm);
     if (w.act && r.z > 0.0) w.pd[w.j] = w.acc1;
     __syncthreads();
     // Boundary marginals and the begin marginals scaled, over the positions this block wrote
@@ -1227,12 +1322,30 @@ __device__ void meet_b(const MArgs& a) {
 }
 
 // One kernel per placement of the ring (suffix _r: shared memory), so that shared memory is
-// addressed directly.
-#define MT_K extern "C" __global__ void __launch_bounds__(512)
-MT_K meet_fwd_log(MArgs a) { meet_a<MT_FWD, false>(a); }
-MT_K meet_fwd_log_r(MArgs a) { meet_a<MT_FWD, true>(a); }
-MT_K meet_save_log(MArgs a) { meet_a<MT_SAVE, false>(a); }
-MT_K meet_save_log_r(MArgs a) { meet_a<MT_SAVE, true>(a); }
-MT_K meet_bwd_log(MArgs a) { meet_b<false>(a); }
-MT_K meet_bwd_log_r(MArgs a) { meet_b<true>(a); }
+// addressed directly, and per label width: the general kernels (any C up to 64), and with
+// MT_CT = 8, 16 or 32 defined, those with phase 2 compiled for that width (suffix _cN;
+// `mt_fast`), whose rows are padded to it. MT_ALL defines them all.
+#ifndef MT_LB
+#define MT_LB 512
+#endif
+#define MT_K extern "C" __global__ void __launch_bounds__(MT_LB)
+#define MT_KERNELS(N, CT)                                                 \
+    MT_K meet_fwd_log##N(MArgs a) { meet_a<MT_FWD, false, CT>(a); }      \
+    MT_K meet_fwd_log##N##_r(MArgs a) { meet_a<MT_FWD, true, CT>(a); }   \
+    MT_K meet_save_log##N(MArgs a) { meet_a<MT_SAVE, false, CT>(a); }    \
+    MT_K meet_save_log##N##_r(MArgs a) { meet_a<MT_SAVE, true, CT>(a); } \
+    MT_K meet_bwd_log##N(MArgs a) { meet_b<false, CT>(a); }              \
+    MT_K meet_bwd_log##N##_r(MArgs a) { meet_b<true, CT>(a); }
+#if !defined(MT_CT) || defined(MT_ALL)
+MT_KERNELS(, 0)
 MT_K meet_z_log(MArgs a) { meet_z(a); }
+#endif
+#if MT_CT == 8 || defined(MT_ALL)
+MT_KERNELS(_c8, 8)
+#endif
+#if MT_CT == 16 || defined(MT_ALL)
+MT_KERNELS(_c16, 16)
+#endif
+#if MT_CT == 32 || defined(MT_ALL)
+MT_KERNELS(_c32, 32)
+#endif

@@ -46,12 +46,33 @@ pub(crate) const KERNELS: [&str; 21] = [
     "meet_bwd_log_r",
 ];
 
+/// The kernels of `kernels/meet.cu` that are also compiled for each label width of
+/// [`crate::meet::WIDTHS`], named with `_cN` after these (and before the `_r` of a ring in
+/// shared memory).
+const WIDE_KERNELS: [&str; 3] = ["meet_fwd_log", "meet_save_log", "meet_bwd_log"];
+
+/// The kernels of label width `ct`.
+pub(crate) fn wide_kernels(ct: usize) -> Vec<String> {
+    WIDE_KERNELS
+        .iter()
+        .flat_map(|k| [format!("{k}_c{ct}"), format!("{k}_c{ct}_r")])
+        .collect()
+}
+
+/// The kernels of one label width: compiled when first used (NVRTC takes a few seconds
+/// for each), or why they could not be.
+type Wide = std::result::Result<HashMap<String, CudaFunction>, String>;
+
 /// One opened device: its context, the stream every call runs on, and the kernels.
 pub(crate) struct Gpu {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
     _module: Arc<CudaModule>,
     functions: HashMap<&'static str, CudaFunction>,
+    /// The virtual architecture the kernels are compiled for (`compute_90`, ...).
+    arch: String,
+    /// The kernels of each label width compiled so far.
+    wide: Mutex<HashMap<usize, Wide>>,
     /// The most dynamic shared memory a block may use (bytes), opted in for every kernel.
     pub(crate) smem_limit: usize,
     /// Calls on one device are serialised: they share the stream and its buffers' order.
@@ -143,6 +164,55 @@ impl Gpu {
             None => unreachable!("kernel {name} is in KERNELS and was loaded"),
         }
     }
+
+    /// A kernel of [`KERNELS`] or of [`wide_kernels`], the latter compiled and loaded with
+    /// the rest of their width on first use.
+    pub(crate) fn function_or_wide(&self, name: &str) -> std::result::Result<CudaFunction, String> {
+        if let Some(f) = self.functions.get(name) {
+            return Ok(f.clone());
+        }
+        let ct = crate::meet::WIDTHS
+            .into_iter()
+            .find(|ct| wide_kernels(*ct).iter().any(|k| k == name))
+            .ok_or_else(|| format!("no kernel {name}"))?;
+        let mut wide = self.wide.lock().unwrap_or_else(|p| p.into_inner());
+        let set = wide.entry(ct).or_insert_with(|| {
+            let ptx = compile_wide(&self.arch, ct)?;
+            load(&self.ctx, ptx, wide_kernels(ct), self.smem_limit as i32).map(|(_, f)| f)
+        });
+        match set {
+            Ok(f) => Ok(f[name].clone()),
+            Err(e) => Err(e.clone()),
+        }
+    }
+}
+
+/// Loads `ptx` and the kernels `names` of it, each allowed `smem_limit` bytes of dynamic
+/// shared memory.
+fn load<N: AsRef<str> + Eq + std::hash::Hash>(
+    ctx: &Arc<CudaContext>,
+    ptx: Ptx,
+    names: impl IntoIterator<Item = N>,
+    smem_limit: i32,
+) -> std::result::Result<(Arc<CudaModule>, HashMap<N, CudaFunction>), String> {
+    use cudarc::driver::sys::CUfunction_attribute;
+    let module = ctx
+        .load_module(ptx)
+        .map_err(|e| format!("loading the kernels: {e:?}"))?;
+    let mut functions = HashMap::new();
+    for name in names {
+        let n = name.as_ref();
+        let f = module
+            .load_function(n)
+            .map_err(|e| format!("kernel {n}: {e:?}"))?;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem_limit,
+        )
+        .map_err(|e| format!("kernel {n}: shared memory: {e:?}"))?;
+        functions.insert(name, f);
+    }
+    Ok((module, functions))
 }
 
 /// A driver error as this crate's [`Error::Device`].
@@ -189,6 +259,21 @@ pub(crate) fn compile(arch: &str) -> std::result::Result<Ptx, String> {
         .map_err(|e| format!("NVRTC could not compile the kernels: {e:?}"))
 }
 
+/// The kernels of `kernels/meet.cu` of label width `ct` ([`wide_kernels`]), as [`compile`].
+pub(crate) fn compile_wide(arch: &str, ct: usize) -> std::result::Result<Ptx, String> {
+    let opts = CompileOptions {
+        options: vec![
+            format!("--gpu-architecture={arch}"),
+            "-std=c++17".into(),
+            format!("-DMT_CT={ct}"),
+        ],
+        name: Some(format!("semicrf_meet_c{ct}.cu")),
+        ..Default::default()
+    };
+    compile_ptx_with_opts([SOURCES[0], SOURCES[3]].concat(), opts)
+        .map_err(|e| format!("NVRTC could not compile the kernels of width {ct}: {e:?}"))
+}
+
 fn open(ordinal: usize) -> Opened {
     // cudarc panics when it cannot load a library: look for them first.
     // SAFETY: these only try to load the shared libraries by name.
@@ -211,33 +296,22 @@ fn open(ordinal: usize) -> Opened {
     let (major, minor) = ctx
         .compute_capability()
         .map_err(|e| format!("compute capability: {e:?}"))?;
-    let ptx = compile(&format!("compute_{major}{minor}"))?;
-    let module = ctx
-        .load_module(ptx)
-        .map_err(|e| format!("loading the kernels: {e:?}"))?;
-    use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+    let arch = format!("compute_{major}{minor}");
+    let ptx = compile(&arch)?;
+    use cudarc::driver::sys::CUdevice_attribute;
     let smem_limit = ctx
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         .map_err(|e| format!("shared memory limit: {e:?}"))?
         .max(48 * 1024);
-    let mut functions = HashMap::new();
-    for name in KERNELS {
-        let f = module
-            .load_function(name)
-            .map_err(|e| format!("kernel {name}: {e:?}"))?;
-        f.set_attribute(
-            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem_limit,
-        )
-        .map_err(|e| format!("kernel {name}: shared memory: {e:?}"))?;
-        functions.insert(name, f);
-    }
+    let (module, functions) = load(&ctx, ptx, KERNELS, smem_limit)?;
     let stream = ctx.default_stream();
     Ok(Arc::new(Gpu {
         ctx,
         stream,
         _module: module,
         functions,
+        arch,
+        wide: Mutex::new(HashMap::new()),
         smem_limit: smem_limit as usize,
         lock: Mutex::new(()),
         measuring: AtomicBool::new(false),
@@ -269,6 +343,18 @@ mod tests {
                     ptx.contains(&format!(".entry {k}(")),
                     "{arch}: no kernel {k}"
                 );
+            }
+            for ct in crate::meet::WIDTHS {
+                let ptx = match compile_wide(arch, ct) {
+                    Ok(p) => p.to_src(),
+                    Err(e) => panic!("{arch}: {e}"),
+                };
+                for k in wide_kernels(ct) {
+                    assert!(
+                        ptx.contains(&format!(".entry {k}(")),
+                        "{arch}: no kernel {k}"
+                    );
+                }
             }
         }
     }

@@ -93,9 +93,25 @@ pub(crate) fn plan_with(k: usize, c: usize, items: usize) -> Option<usize> {
     Some(want.clamp(32, MAX_THREADS).max(labels))
 }
 
+/// The label widths the kernels are also compiled for (`MT_CT` of `kernels/meet.cu`: phase 2
+/// unrolled with a label's column of the transition in registers).
+pub(crate) const WIDTHS: [usize; 3] = [8, 16, 32];
+
+/// The width of the kernels that run `C` labels: the least of [`WIDTHS`] that holds them, or
+/// 0 (the general kernels) beyond them or where the environment sets `SEMICRF_CUDA_FAST=0`
+/// (for comparison).
+pub(crate) fn width(c: usize) -> usize {
+    if std::env::var("SEMICRF_CUDA_FAST").as_deref() == Ok("0") {
+        return 0;
+    }
+    WIDTHS.into_iter().find(|&w| c <= w).unwrap_or(0)
+}
+
 /// Where a launch keeps what.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
+    /// The kernels' label width ([`width`]; 0: the general kernels).
+    pub ct: usize,
     /// Steps staged at a time.
     pub ch: usize,
     /// Whether the ring is in shared memory (else in a global buffer).
@@ -108,17 +124,26 @@ pub(crate) struct Layout {
 /// which also stage the other sweep's rows): the most staged steps (64 down to 8) that keep
 /// the ring in shared memory, else the most without it.
 pub(crate) fn layout(k: usize, c: usize, limit: usize, marg: bool) -> Layout {
-    layout_with(k, c, limit, marg, true)
+    layout_with(k, c, limit, marg, true, width(c))
 }
 
-/// [`layout`], with the ring kept out of shared memory unless `ring` (for tests).
-pub(crate) fn layout_with(k: usize, c: usize, limit: usize, marg: bool, ring: bool) -> Layout {
+/// [`layout`], with the ring kept out of shared memory unless `ring`, for the kernels of
+/// width `ct` (for tests).
+pub(crate) fn layout_with(
+    k: usize,
+    c: usize,
+    limit: usize,
+    marg: bool,
+    ring: bool,
+    ct: usize,
+) -> Layout {
     let words = limit / 8;
     let ring_words = (k + P) * c;
-    // The kernels' header (`Sweep`): α̃ rows and bounds (C rounded up to 4), H, G·Q0, cB, the
-    // block's entries, Tl (rows padded likewise), the first P+1 weights, the rebase factors,
-    // then the int words (row flags, window starts, rebase exponents, flags).
-    let c4 = c.div_ceil(4) * 4;
+    // The kernels' header (`Sweep`): α̃ rows and bounds (C rounded up to 4, or to the
+    // kernels' width), H, G·Q0, cB, the block's entries, Tl (rows padded likewise), the first
+    // P+1 weights, the rebase factors, then the int words (row flags, window starts, rebase
+    // exponents, flags).
+    let c4 = if ct > 0 { ct } else { c.div_ceil(4) * 4 };
     let header =
         2 * (P + 1) * c4 + 4 * P * c + c4 * c + (P + 1) * c + c + (P + 4 + P * c + 3 * c) / 2;
     let base = |ch: usize| header + 4 * ch * c + if marg { 2 * ch * c + 4 * ch } else { 0 };
@@ -129,6 +154,7 @@ pub(crate) fn layout_with(k: usize, c: usize, limit: usize, marg: bool, ring: bo
             let w = base(ch) + if ring { ring_words } else { 0 };
             if w <= words {
                 return Layout {
+                    ct,
                     ch,
                     ring,
                     bytes: 8 * w,
@@ -137,6 +163,7 @@ pub(crate) fn layout_with(k: usize, c: usize, limit: usize, marg: bool, ring: bo
         }
     }
     Layout {
+        ct,
         ch: P,
         ring: false,
         bytes: 8 * base(P),
@@ -235,15 +262,19 @@ pub(crate) fn bytes(shape: Shape, backward: bool, lay: Layout, eb: bool) -> Byte
     n
 }
 
-/// The kernel that runs `kernel` with layout `lay`: one variant per placement of the ring
-/// (`_r`: shared memory), so that the kernels address shared memory directly.
+/// The kernel that runs `kernel` with layout `lay`: one variant per label width (`_cN`) and
+/// placement of the ring (`_r`: shared memory), so that the kernels address shared memory
+/// directly.
 pub(crate) fn placed(kernel: &str, lay: Layout) -> String {
-    let suffix = match (kernel, lay.ring) {
-        ("meet_z_log", _) => "",
-        (_, true) => "_r",
-        _ => "",
+    if kernel == "meet_z_log" {
+        return kernel.into();
+    }
+    let width = match lay.ct {
+        0 => String::new(),
+        ct => format!("_c{ct}"),
     };
-    format!("{kernel}{suffix}")
+    let ring = if lay.ring { "_r" } else { "" };
+    format!("{kernel}{width}{ring}")
 }
 
 /// Buffers of one call of the kernels.
@@ -298,10 +329,14 @@ impl<'g> Call<'g> {
             block_dim: (threads as u32, 1, 1),
             shared_mem_bytes: lay.bytes as u32,
         };
-        let mut b = self
+        let f = self
             .gpu
-            .stream
-            .launch_builder(self.gpu.function(&placed(kernel, lay)));
+            .function_or_wide(&placed(kernel, lay))
+            .map_err(|message| Error::Device {
+                backend: self.backend.into(),
+                message,
+            })?;
+        let mut b = self.gpu.stream.launch_builder(&f);
         b.arg(&a);
         // SAFETY: `a` matches the kernel's `struct MArgs`; every pointer in it is a live
         // allocation of this call sized for the shape (or null where the kernel checks), the
@@ -474,16 +509,21 @@ mod tests {
             "meet_bwd_log",
         ] {
             for ring in [false, true] {
-                let lay = Layout {
-                    ch: P,
-                    ring,
-                    bytes: 0,
-                };
-                let name = placed(k, lay);
-                assert!(
-                    crate::device::KERNELS.contains(&name.as_str()),
-                    "{k} {lay:?}: {name}"
-                );
+                for ct in [0].into_iter().chain(WIDTHS) {
+                    let lay = Layout {
+                        ct,
+                        ch: P,
+                        ring,
+                        bytes: 0,
+                    };
+                    let name = placed(k, lay);
+                    let wide = crate::device::wide_kernels(ct);
+                    assert!(
+                        crate::device::KERNELS.contains(&name.as_str())
+                            || (k != "meet_z_log" && ct > 0 && wide.contains(&name)),
+                        "{k} {lay:?}: {name}"
+                    );
+                }
             }
         }
     }
@@ -534,14 +574,15 @@ mod tests {
         rest: Vec<f64>,
     }
 
-    /// Runs the kernels on `p` under the emulation, with `threads` per block and, where
-    /// `ring`, the ring in shared memory: the forward pass, or the backward pass with
-    /// upstream gradients `up`.
+    /// Runs the kernels of width `ct` on `p` under the emulation, with `threads` per block
+    /// and, where `ring`, the ring in shared memory: the forward pass, or the backward pass
+    /// with upstream gradients `up`.
     fn emulate(
         exe: &std::path::Path,
         p: &semicrf_core::Potentials<'_, f64>,
         threads: usize,
         ring: bool,
+        ct: usize,
         up: Option<&[f64]>,
     ) -> Emulated {
         let sh = p.shape();
@@ -556,12 +597,12 @@ mod tests {
         let en: Vec<f64> = (0..c).map(|j| p.end_at(j)).collect();
         let par = params(&tr, &dur, &st, &en, k, c).expect("parameters within the range");
         let limit = 227 * 1024;
-        let la = layout_with(k, c, limit, false, ring);
-        let lb = layout_with(k, c, limit, true, ring);
+        let la = layout_with(k, c, limit, false, ring, ct);
+        let lb = layout_with(k, c, limit, true, ring, ct);
         let ch = la.ch.min(lb.ch);
         let (la, lb) = (
-            layout_at(k, c, ch, la.ring, false),
-            layout_at(k, c, ch, lb.ring, true),
+            layout_at(k, c, ch, la.ring, false, ct),
+            layout_at(k, c, ch, lb.ring, true, ct),
         );
         let mut buf: Vec<u8> = Vec::new();
         let mut int = |x: i64| buf.extend_from_slice(&x.to_le_bytes());
@@ -581,6 +622,7 @@ mod tests {
             backward as i64,
             p.begin_boundary().is_some() as i64,
             p.end_boundary().is_some() as i64,
+            ct as i64,
         ] {
             int(x);
         }
@@ -642,11 +684,12 @@ mod tests {
     }
 
     /// The layout of `ch` staged steps (the same for both kernels, as the emulation stages).
-    fn layout_at(k: usize, c: usize, ch: usize, ring: bool, marg: bool) -> Layout {
-        let lay = layout_with(k, c, usize::MAX / 2, marg, ring);
+    fn layout_at(k: usize, c: usize, ch: usize, ring: bool, marg: bool, ct: usize) -> Layout {
+        let lay = layout_with(k, c, usize::MAX / 2, marg, ring, ct);
         // The bytes at `lay.ch`, less the difference in staged steps.
         let per_step = 8 * (4 * c + if marg { 2 * c + 4 } else { 0 });
         Layout {
+            ct,
             ch,
             ring,
             bytes: lay.bytes - per_step * (lay.ch - ch),
@@ -658,7 +701,9 @@ mod tests {
     /// reference: log Z of the forward pass, and every gradient and boundary marginal of the
     /// backward pass, on random problems with every optional input, ragged lengths, `-inf`
     /// scores and transitions, one and two warps of labels, the ring in shared or global
-    /// memory; and none of them is given up. Skipped where no C++ compiler can be started.
+    /// memory; and none of them is given up. The kernels compiled for a label width (the
+    /// unrolled phase 2) give results bitwise identical to the general kernels'. Skipped
+    /// where no C++ compiler can be started.
     #[test]
     fn the_kernels_match_the_reference_under_a_cpu_emulation() {
         use semicrf_core::reference::Reference;
@@ -668,14 +713,15 @@ mod tests {
         use semicrf_core::{Engine, Gradients, Problem};
         let Some(exe) = emulator() else { return };
         let mut n = 0;
-        for seed in 0..28u64 {
-            let (b, t, k, c) = match seed % 7 {
+        for seed in 0..32u64 {
+            let (b, t, k, c) = match seed % 8 {
                 0 => (3, 12, 4, 3),
                 1 => (2, 30, 9, 5),
                 2 => (1, 1, 3, 2),
                 3 => (2, 40, 25, 4),
                 4 => (1, 17, 1, 6),
                 5 => (2, 9, 12, 2),
+                6 => (1, 21, 6, 20),
                 _ => (1, 11, 5, 40),
             };
             let mut spec = GenSpec::new(b, t, k, c);
@@ -694,7 +740,12 @@ mod tests {
             let tag = format!("seed {seed}: B={b} T={t} K={k} C={c}");
             let want = Reference.backward(&problem, &upstream(seed, b));
             let Ok(want) = want else { continue };
-            let fwd = emulate(&exe, &p, threads, ring, None);
+            // The general kernels, and those of the least width that holds C.
+            let ct = WIDTHS.into_iter().find(|&w| c <= w).unwrap_or(0);
+            let fwd = emulate(&exe, &p, threads, ring, 0, None);
+            let wide = emulate(&exe, &p, threads, ring, ct, None);
+            assert_eq!(bits(&fwd.out), bits(&wide.out), "{tag}: width {ct}");
+            assert_eq!(fwd.flag, wide.flag, "{tag}: width {ct}");
             assert!(
                 fwd.flag.iter().all(|&f| f == 0.0),
                 "{tag}: given up {:?}",
@@ -709,7 +760,11 @@ mod tests {
                 );
             }
             let g = upstream(seed, b);
-            let bwd = emulate(&exe, &p, threads, ring, Some(&g));
+            let bwd = emulate(&exe, &p, threads, ring, 0, Some(&g));
+            let wide = emulate(&exe, &p, threads, ring, ct, Some(&g));
+            assert_eq!(bits(&bwd.out), bits(&wide.out), "{tag}: width {ct}");
+            assert_eq!(bits(&bwd.rest), bits(&wide.rest), "{tag}: width {ct}");
+            assert_eq!(bwd.flag, wide.flag, "{tag}: width {ct}");
             assert!(
                 bwd.flag.iter().all(|&f| f == 0.0),
                 "{tag}: given up {:?}",
@@ -761,29 +816,37 @@ mod tests {
             }
             n += 1;
         }
-        assert!(n >= 24, "only {n} problems compared");
+        assert!(n >= 28, "only {n} problems compared");
+    }
+
+    fn bits(v: &[f64]) -> Vec<u64> {
+        v.iter().map(|x| x.to_bits()).collect()
     }
 
     /// The same emulation built with ThreadSanitizer: no shared-memory access of one thread
     /// is left unordered against another's by the kernels' barriers (a missing barrier makes
     /// it report, and the run fail). A forward and a backward pass on one warp of labels and
-    /// on two, with `-inf` scores (the general step) and without (the short one). Skipped
-    /// where no C++ compiler can be started.
+    /// on two, with `-inf` scores (the general step) and without (the short one), in the
+    /// kernels of a label width where C allows. Skipped where no C++ compiler can be started.
     #[test]
     fn the_emulated_kernels_leave_no_access_unordered() {
         use semicrf_core::testing::{GenSpec, TransitionKind, random_problem, upstream};
         let Some(exe) = build_emulator("semicrf-meet-tsan", &["-fsanitize=thread", "-g"]) else {
             return;
         };
-        for (seed, (b, t, k, c)) in [(2, 20, 7, 5), (1, 12, 4, 40)].into_iter().enumerate() {
+        for (seed, (b, t, k, c)) in [(2, 20, 7, 5), (1, 12, 4, 40), (1, 14, 5, 12)]
+            .into_iter()
+            .enumerate()
+        {
             let mut spec = GenSpec::new(b, t, k, c).everything();
             spec.transition = TransitionKind::Static;
             spec.forbid_scores = if seed == 0 { 0.1 } else { 0.0 };
             let owned = random_problem(900 + seed as u64, &spec);
             let p = owned.view().unwrap();
             let threads = 64.max(c.div_ceil(32) * 32);
-            emulate(&exe, &p, threads, true, None);
-            emulate(&exe, &p, threads, seed == 0, Some(&upstream(1, b)));
+            let ct = WIDTHS.into_iter().find(|&w| c <= w).unwrap_or(0);
+            emulate(&exe, &p, threads, true, ct, None);
+            emulate(&exe, &p, threads, seed == 0, ct, Some(&upstream(1, b)));
         }
     }
 

@@ -3,7 +3,7 @@
 //     meet_main INPUT OUTPUT
 //
 // INPUT (little-endian): i64 header B, T, K, C, H, ch, threads, ring_a, ring_b, bytes_a,
-// bytes_b, backward, has_bb, has_eb; i64 lengths[B]; f64 scores[B·T·C]; begin boundary and
+// bytes_b, backward, has_bb, has_eb, ct (the kernels' label width: 0, 8, 16 or 32); i64 lengths[B]; f64 scores[B·T·C]; begin boundary and
 // end boundary likewise where present; i64 n; f64 parameters[n] (`meet::params`); f64
 // upstream[B]. The layouts (`ring_*`: the ring in shared memory; `bytes_*`: dynamic shared
 // memory) are the host's (`meet::layout`) for the first and the second kernel.
@@ -17,7 +17,19 @@
 #include <vector>
 
 #include "semiring.cuh"
+#define MT_ALL
 #include "meet.cu"
+
+// The kernels of one label width.
+struct Set {
+    void (*fwd)(MArgs), (*fwd_r)(MArgs), (*save)(MArgs), (*save_r)(MArgs), (*bwd)(MArgs),
+        (*bwd_r)(MArgs);
+};
+#define MT_SET(N)                                                                        \
+    Set {                                                                                \
+        meet_fwd_log##N, meet_fwd_log##N##_r, meet_save_log##N, meet_save_log##N##_r, \
+            meet_bwd_log##N, meet_bwd_log##N##_r                                         \
+    }
 
 template <class T>
 static std::vector<T> rd(FILE* f, size_t n) {
@@ -36,10 +48,14 @@ int main(int argc, char** argv) {
     }
     FILE* in = fopen(argv[1], "rb");
     if (!in) return 2;
-    const auto h = rd<long long>(in, 14);
+    const auto h = rd<long long>(in, 15);
     const long long B = h[0], T = h[1], K = h[2], C = h[3], H = h[4], ch = h[5], threads = h[6];
     const bool ring_a = h[7], ring_b = h[8], backward = h[11], has_bb = h[12], has_eb = h[13];
     const size_t bytes_a = h[9], bytes_b = h[10];
+    const Set set = h[14] == 8    ? MT_SET(_c8)
+                    : h[14] == 16 ? MT_SET(_c16)
+                    : h[14] == 32 ? MT_SET(_c32)
+                                  : MT_SET();
     const auto len = rd<long long>(in, B);
     const size_t btc = B * T * C;
     const auto sc = rd<double>(in, btc);
@@ -86,11 +102,11 @@ int main(int argc, char** argv) {
     a.ch = (int)ch;
     a.f32in = 0;
     if (!backward) {
-        emu::launch(ring_a ? meet_fwd_log_r : meet_fwd_log, 2 * B, threads, bytes_a, a);
+        emu::launch(ring_a ? set.fwd_r : set.fwd, 2 * B, threads, bytes_a, a);
         emu::launch(meet_z_log, B, threads, bytes_a, a);
     } else {
-        emu::launch(ring_a ? meet_save_log_r : meet_save_log, 2 * B, threads, bytes_a, a);
-        emu::launch(ring_b ? meet_bwd_log_r : meet_bwd_log, 2 * B, threads, bytes_b, a);
+        emu::launch(ring_a ? set.save_r : set.save, 2 * B, threads, bytes_a, a);
+        emu::launch(ring_b ? set.bwd_r : set.bwd, 2 * B, threads, bytes_b, a);
     }
     FILE* o = fopen(argv[2], "wb");
     if (!o) return 2;
