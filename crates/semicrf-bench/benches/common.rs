@@ -56,7 +56,13 @@ pub struct Plan<'a> {
     pub materialises_edges: bool,
     /// Inner-loop terms of one forward pass at a shape (to size the sampling).
     pub work: fn(Shape) -> f64,
+    /// Times one call on the device's own clock (CUDA events around the call on its
+    /// stream); `None`: criterion's wall clock.
+    pub timed: Option<&'a Clock<'a>>,
 }
+
+/// Runs a call and returns how long it took.
+pub type Clock<'a> = dyn Fn(&mut dyn FnMut()) -> Duration + 'a;
 
 /// Above this estimated work (terms × pass factor) a shape is skipped unless
 /// `SEMICRF_BENCH_FULL=1`: S8 forward (2.5e9 terms) runs, S8 forward+backward does not.
@@ -205,9 +211,21 @@ pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
                     .warm_up_time(Duration::from_secs(1))
                     .measurement_time(Duration::from_secs(3));
             }
-            group.bench_function(BenchmarkId::from_parameter(shape_label(s)), |b| {
-                b.iter(|| run(plan.engine, &p, pass))
-            });
+            group.bench_function(
+                BenchmarkId::from_parameter(shape_label(s)),
+                |b| match plan.timed {
+                    Some(timed) => b.iter_custom(|iters| {
+                        (0..iters)
+                            .map(|_| {
+                                timed(&mut || {
+                                    std::hint::black_box(run(plan.engine, &p, pass)).ok();
+                                })
+                            })
+                            .sum()
+                    }),
+                    None => b.iter(|| run(plan.engine, &p, pass)),
+                },
+            );
         }
         group.finish();
     }

@@ -14,6 +14,7 @@ fn edge_plan<'a>(algo: &'static str, engine: &'a AnyEngine) -> Plan<'a> {
         engine,
         materialises_edges: true,
         work: |s| (s.batch * s.len * s.max_duration * s.labels * s.labels) as f64,
+        timed: None,
     }
 }
 

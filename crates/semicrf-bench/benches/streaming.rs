@@ -16,6 +16,7 @@ fn streaming_benches(c: &mut Criterion) {
             engine: &engine,
             materialises_edges: false,
             work: |s| semicrf_bench::lse_terms(s) as f64,
+            timed: None,
         },
     );
 }

@@ -1129,60 +1129,91 @@ struct Met {
 
 // The meet: Z and, in `zl`, each label's share Zd_j (relative to 2^EZ), from the two saved
 // states: the forward ring at time m and the reverse one at time L-m (G before its last
-// update). Thread j sums label j; every thread returns the same result. `zl`: 3·C words of
-// shared scratch.
+// update). Groups of gp lanes (a power of two, at most 32 and K) take a label each, lane l
+// the terms a = l+1, l+1+gp, ... (and ends c = l, l+gp, ...), and reduce them with a
+// butterfly of shuffles, so the order of every sum is fixed by the lane numbers; every
+// thread returns the same result. `zl`: 3·C words of shared scratch.
 __device__ Met mt_meet(Sweep& w, const double* sf, const double* sr, double* zl) {
-    const int K = w.K, RK = w.RK, C = w.C, L = w.L, m = w.m;
+    const int K = w.K, RK = w.RK, C = w.C, L = w.L, m = w.m, nt = blockDim.x;
     const double* qf = sf + (i64)RK * C;
     const double* qr = sr + (i64)RK * C;
     double* zz = zl;          // z_j (scaled by 2^-(kx+ky))
     double* zk = zl + C;      // kx + ky
     double* zb = zl + 2 * C;  // the bound on what underflow lost, likewise scaled
-    for (int j = threadIdx.x; j < C; j += blockDim.x) {
+    int gp = 1;
+    while (gp * 2 <= 32 && gp * 2 <= K && gp * 2 * C <= nt) gp *= 2;
+    const int g = threadIdx.x / gp, l = threadIdx.x % gp, groups = nt / gp;
+    // The butterflies of a group (all lanes of every warp take part: the rounds are the
+    // same for every thread).
+    auto sum = [&](double v) {
+        for (int off = gp >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off, gp);
+        return v;
+    };
+    auto max = [&](double v) {
+        for (int off = gp >> 1; off > 0; off >>= 1) {
+            const double o = __shfl_xor_sync(0xffffffffu, v, off, gp);
+            v = v > o ? v : o;
+        }
+        return v;
+    };
+    for (int j0 = 0; j0 < C; j0 += groups) {
+        const int j = j0 + g;
+        const bool on = j < C;
+        const int jc = on ? j : 0;
         // The forward G after step m, the reverse G before its last update (mantissa, exponent).
-        const double gmf = qf[j], gmr = qr[C + j];
-        const int gxf = (int)qf[8 * C + j], gxr = (int)qr[9 * C + j];
-        const int ff = (int)qf[5 * C + j], fr = (int)qr[5 * C + j];
-        const int na = (K < m - ff ? K : m - ff);                   // starts m-a >= window start
-        const int ncr = (K - 1 < L - m - fr ? K - 1 : L - m - fr);  // ends m+c: c <= ncr
-        const double* rf = sf + (i64)j * RK;
-        const double* rr = sr + (i64)j * RK;
+        const double gmf = qf[jc], gmr = qr[C + jc];
+        const int gxf = (int)qf[8 * C + jc], gxr = (int)qr[9 * C + jc];
+        const int ff = (int)qf[5 * C + jc], fr = (int)qr[5 * C + jc];
+        // Starts m-a >= the window's start, ends m+c with c <= ncr (none for a lane off).
+        const int na = on ? (K < m - ff ? K : m - ff) : 0;
+        const int ncr = on ? (K - 1 < L - m - fr ? K - 1 : L - m - fr) : -1;
+        const double* rf = sf + (i64)jc * RK;
+        const double* rr = sr + (i64)jc * RK;
         // Each side scaled by its largest entry: x_a = entry·gmf·2^-kxe, whose true value is
         // x_a·2^(kxe + gxf); likewise y_c.
         double mxe = 0.0, mye = 0.0;
-        for (int a1 = 1; a1 <= na; ++a1) {
+        for (int a1 = 1 + l; a1 <= na; a1 += gp) {
             const double x = rf[mt_mod(m - a1, RK)];
             mxe = mxe > x ? mxe : x;
         }
-        for (int c = 0; c <= ncr; ++c) {
+        for (int c = l; c <= ncr; c += gp) {
             const double y = rr[mt_mod(L - m - c, RK)];
             mye = mye > y ? mye : y;
         }
+        mxe = max(mxe);
+        mye = max(mye);
         const int kxe = mxe > 0.0 ? mt_expo(mxe) : 0, kye = mye > 0.0 ? mt_expo(mye) : 0;
         const double sx = gmf * mt_pow2(-kxe), sy = gmr * mt_pow2(-kye);
         const int r0 = mt_mod(L - m, RK);  // the slot of end m (c = 0); end m+c at r0 - c
         // A product x·s·sy that underflows, or an x below the subnormals, is at most 2^-1000
         // of the largest (x and y are scaled to at most 2): `under` bounds them all, where
         // something is there to lose (`live`).
-        double z = 0.0, sxf = 0.0, syr = 0.0;
-        bool live = false;
-        for (int a1 = 1; a1 <= na; ++a1) {
+        double z = 0.0, sxf = 0.0, syr = 0.0, live = 0.0;
+        for (int a1 = 1 + l; a1 <= na; a1 += gp) {
             const double x = rf[mt_mod(m - a1, RK)] * sx;
             const int nc = (K - a1 < ncr ? K - a1 : ncr);
-            const double s = mt_dot(w.p.wl + (i64)j * K + a1 - 1, rr, nc, r0, RK);
+            const double s = mt_dot(w.p.wl + (i64)jc * K + a1 - 1, rr, nc, r0, RK);
             z += x * s * sy;
             sxf += x;
-            live |= x > 0.0 && s > 0.0;
+            live = x > 0.0 && s > 0.0 ? 1.0 : live;
         }
-        for (int c = 0; c <= ncr; ++c) syr += rr[mt_mod(L - m - c, RK)] * sy;
-        const double emd = __ldg(&w.p.emd[j]);
-        // Lost entries (λ, in entry units), in the same scaled units.
-        const double lf = (qf[4 * C + j] >= m - K && qf[3 * C + j] > 0.0) ? qf[3 * C + j] * sx * K : 0.0;
-        const double lr = (qr[4 * C + j] >= L - m - K && qr[3 * C + j] > 0.0) ? qr[3 * C + j] * sy * K : 0.0;
-        const double under = live ? (double)K * K * 0x1p-1000 : 0.0;
-        zz[j] = z * emd;
-        zk[j] = (double)(kxe + gxf + kye + gxr);
-        zb[j] = emd * (lf * (syr + lr) + sxf * lr + under);
+        for (int c = l; c <= ncr; c += gp) syr += rr[mt_mod(L - m - c, RK)] * sy;
+        z = sum(z);
+        sxf = sum(sxf);
+        syr = sum(syr);
+        live = max(live);
+        if (on && l == 0) {
+            const double emd = __ldg(&w.p.emd[j]);
+            // Lost entries (λ, in entry units), in the same scaled units.
+            const double lf =
+                (qf[4 * C + j] >= m - K && qf[3 * C + j] > 0.0) ? qf[3 * C + j] * sx * K : 0.0;
+            const double lr =
+                (qr[4 * C + j] >= L - m - K && qr[3 * C + j] > 0.0) ? qr[3 * C + j] * sy * K : 0.0;
+            const double under = live > 0.0 ? (double)K * K * 0x1p-1000 : 0.0;
+            zz[j] = z * emd;
+            zk[j] = (double)(kxe + gxf + kye + gxr);
+            zb[j] = emd * (lf * (syr + lr) + sxf * lr + under);
+        }
     }
     __syncthreads();
     // Every thread combines the labels in order.

@@ -243,7 +243,7 @@ pub(crate) fn bytes(shape: Shape, backward: bool, lay: Layout, eb: bool) -> Byte
     let mut n = params
         + ByteCount::f64s(&[b, 2, state_words(k, c)])
         + ByteCount::f64s(&[2, b])
-        + ByteCount::bytes(&[4, b]);
+        + ByteCount::f64s(&[b.div_ceil(2)]);
     if !lay.ring {
         n = n + ByteCount::f64s(&[b, 2, k + P, c]);
     }
@@ -281,25 +281,119 @@ pub(crate) fn placed(kernel: &str, lay: Layout) -> String {
 pub(crate) struct Bufs {
     pub st: CudaSlice<f64>,
     pub ring: Option<CudaSlice<f64>>,
-    pub out: CudaSlice<f64>,
-    pub flag: CudaSlice<i32>,
+    pub small: Small,
+}
+
+/// The small outputs of one call in one allocation, read back in one copy: `(log Z, 0)` per
+/// sequence, the flags (`i32`, two a word), and for a backward pass each sweep's duration
+/// and transition marginals and the start and end marginals.
+pub(crate) struct Small {
+    buf: CudaSlice<f64>,
+    base: u64,
+    b: usize,
+    kc: usize,
+    cc: usize,
+    c: usize,
+}
+
+/// [`Small`] on the host.
+pub(crate) struct SmallHost {
+    pub out: Vec<f64>,
+    pub flags: Vec<i32>,
+    /// `(B, 2, K·C)`: each sweep's duration marginals.
+    pub pdur: Vec<f64>,
+    /// `(B, 2, C·C)`.
+    pub ptr: Vec<f64>,
+    pub pst: Vec<f64>,
+    pub pen: Vec<f64>,
+}
+
+impl Small {
+    /// Words of the small outputs of `b` sequences with `kc` duration and `cc` transition
+    /// marginals per sweep and `c` start and end marginals (all 0 for a forward pass).
+    pub(crate) fn words(b: usize, kc: usize, cc: usize, c: usize) -> usize {
+        2 * b + b.div_ceil(2) + 2 * b * kc + 2 * b * cc + 2 * b * c
+    }
+
+    fn at(&self, words: usize) -> u64 {
+        self.base + 8 * words as u64
+    }
+
+    pub(crate) fn out(&self) -> u64 {
+        self.at(0)
+    }
+
+    fn flag_words(&self) -> usize {
+        2 * self.b
+    }
+
+    pub(crate) fn flag(&self) -> u64 {
+        self.at(self.flag_words())
+    }
+
+    fn pdur_words(&self) -> usize {
+        self.flag_words() + self.b.div_ceil(2)
+    }
+
+    fn ptr_words(&self) -> usize {
+        self.pdur_words() + 2 * self.b * self.kc
+    }
+
+    fn pst_words(&self) -> usize {
+        self.ptr_words() + 2 * self.b * self.cc
+    }
+
+    fn pen_words(&self) -> usize {
+        self.pst_words() + self.b * self.c
+    }
+
+    pub(crate) fn pst(&self) -> u64 {
+        self.at(self.pst_words())
+    }
+
+    pub(crate) fn pen(&self) -> u64 {
+        self.at(self.pen_words())
+    }
+
+    /// Everything, in one copy (which waits for the launches before it).
+    pub(crate) fn read(&self, call: &Call<'_>) -> Result<SmallHost> {
+        let v = call.back(&self.buf)?;
+        let part = |a: usize, n: usize| v[a..a + n].to_vec();
+        let (b, c) = (self.b, self.c);
+        let flags = v[self.flag_words()..self.pdur_words()]
+            .iter()
+            .flat_map(|w| {
+                let u = w.to_bits();
+                [u as u32 as i32, (u >> 32) as u32 as i32]
+            })
+            .take(b)
+            .collect();
+        Ok(SmallHost {
+            out: part(0, 2 * b),
+            flags,
+            pdur: part(self.pdur_words(), 2 * b * self.kc),
+            ptr: part(self.ptr_words(), 2 * b * self.cc),
+            pst: part(self.pst_words(), b * c),
+            pen: part(self.pen_words(), b * c),
+        })
+    }
 }
 
 impl<'g> Call<'g> {
     /// The kernels' argument block with the inputs filled in.
-    fn margs(&self, par: &CudaSlice<f64>, b: &Bufs) -> MArgs {
+    fn margs(&self, par: u64, b: &Bufs) -> MArgs {
         let sh = self.shape;
         MArgs {
-            sc: self.sc.ptr(&self.gpu.stream),
-            bb: self.bb.as_ref().map_or(0, |x| x.ptr(&self.gpu.stream)),
-            eb: self.eb.as_ref().map_or(0, |x| x.ptr(&self.gpu.stream)),
+            sc: self.sc,
+            bb: self.bb,
+            eb: self.eb,
             f32in: self.f32in() as i32,
-            par: self.ptr(par),
-            len: self.ptr(&self.len),
+            par,
+            len: self.len,
             st: self.ptr(&b.st),
             ring: self.opt(&b.ring),
-            out: self.ptr(&b.out),
-            flag: self.ptr(&b.flag),
+            out: b.small.out(),
+            flag: b.small.flag(),
             t: sh.len as i64,
             k: sh.max_duration as i64,
             c: sh.labels as i64,
@@ -352,9 +446,18 @@ impl<'g> Call<'g> {
         layout(sh.max_duration, sh.labels, self.gpu.smem_limit, marg)
     }
 
-    fn meet_bufs(&self, lay: Layout) -> Result<Bufs> {
+    /// The buffers of a pass (`backward`: with room for the marginals among the small
+    /// outputs).
+    fn meet_bufs(&self, lay: Layout, backward: bool) -> Result<Bufs> {
         let sh = self.shape;
         let (b, k, c) = (sh.batch, sh.max_duration, sh.labels);
+        let (kc, cc, c1) = if backward {
+            (k * c, c * c, c)
+        } else {
+            (0, 0, 0)
+        };
+        let buf = self.zeros::<f64>(Small::words(b, kc, cc, c1))?;
+        let base = self.ptr(&buf);
         Ok(Bufs {
             st: self.zeros::<f64>(b * 2 * state_words(k, c))?,
             ring: if lay.ring {
@@ -362,21 +465,27 @@ impl<'g> Call<'g> {
             } else {
                 Some(self.zeros::<f64>(b * 2 * (k + P) * c)?)
             },
-            out: self.zeros::<f64>(2 * b)?,
-            flag: self.zeros::<i32>(b)?,
+            small: Small {
+                buf,
+                base,
+                b,
+                kc,
+                cc,
+                c: c1,
+            },
         })
     }
 
-    /// The forward pass: `(log Z, 0)` per sequence in `out` and the flags.
-    pub(crate) fn meet_forward(&self, par: &CudaSlice<f64>) -> Result<(Bufs, Vec<i32>)> {
+    /// The forward pass: `(log Z, 0)` per sequence and the flags, read back.
+    pub(crate) fn meet_forward(&self, par: u64) -> Result<(Bufs, SmallHost)> {
         let lay = self.meet_layout(false);
-        let bufs = self.meet_bufs(lay)?;
+        let bufs = self.meet_bufs(lay, false)?;
         let a = self.margs(par, &bufs);
         let n = self.shape.batch;
         self.meet_launch("meet_fwd_log", 2 * n, lay, &a)?;
         self.meet_launch("meet_z_log", n, lay, &a)?;
-        let flags = self.back(&bufs.flag)?;
-        Ok((bufs, flags))
+        let small = bufs.small.read(self)?;
+        Ok((bufs, small))
     }
 }
 
@@ -388,33 +497,26 @@ pub(crate) struct Grads {
     pub gbb: CudaSlice<f64>,
     pub geb: Option<CudaSlice<f64>>,
     pub bmarg: CudaSlice<f64>,
-    pub pdur: CudaSlice<f64>,
-    pub ptr: CudaSlice<f64>,
-    pub pst: CudaSlice<f64>,
-    pub pen: CudaSlice<f64>,
-    pub up: CudaSlice<f64>,
 }
 
 impl<'g> Call<'g> {
-    /// The backward pass: outputs in `Grads` (per sweep for the duration and transition
-    /// marginals), log Z in `out`, and the flags.
-    pub(crate) fn meet_backward(
-        &self,
-        par: &CudaSlice<f64>,
-        upstream: &[f64],
-        eb: bool,
-    ) -> Result<(Bufs, Grads, Vec<i32>)> {
+    /// The backward pass, launched: outputs in `Grads` and among the small outputs (per
+    /// sweep for the duration and transition marginals), log Z there too, and the flags.
+    pub(crate) fn meet_backward(&self, par: u64, eb: bool) -> Result<(Bufs, Grads)> {
         let sh = self.shape;
-        let (b, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
+        let (b, t, c) = (sh.batch, sh.len, sh.labels);
         let h = rows(t);
         let la = self.meet_layout(false);
         let lb = self.meet_layout(true);
         // Each kernel keeps the ring where its own layout says (the saved state carries it
         // from one to the other); the global one is there if either needs it.
-        let bufs = self.meet_bufs(Layout {
-            ring: la.ring && lb.ring,
-            ..lb
-        })?;
+        let bufs = self.meet_bufs(
+            Layout {
+                ring: la.ring && lb.ring,
+                ..lb
+            },
+            true,
+        )?;
         let g = Grads {
             alpha: self.zeros::<f64>(b * 2 * h * c)?,
             u: self.zeros::<f64>(b * 2 * h * c)?,
@@ -426,11 +528,6 @@ impl<'g> Call<'g> {
                 None
             },
             bmarg: self.zeros::<f64>(b * t)?,
-            pdur: self.zeros::<f64>(b * 2 * k * c)?,
-            ptr: self.zeros::<f64>(b * 2 * c * c)?,
-            pst: self.zeros::<f64>(b * c)?,
-            pen: self.zeros::<f64>(b * c)?,
-            up: self.gpu.upload(upstream).map_err(|e| self.err(e))?,
         };
         let ex = self.zeros::<i64>(b * 2 * h)?;
         let erm = self.zeros::<f64>(b * 2 * h)?;
@@ -439,20 +536,19 @@ impl<'g> Call<'g> {
         a.u = self.ptr(&g.u);
         a.ex = self.ptr(&ex);
         a.erm = self.ptr(&erm);
-        a.up = self.ptr(&g.up);
+        a.up = self.up;
         a.gsc = self.ptr(&g.gsc);
         a.gbb = self.ptr(&g.gbb);
         a.geb = self.opt(&g.geb);
         a.bmarg = self.ptr(&g.bmarg);
-        a.pdur = self.ptr(&g.pdur);
-        a.ptr = self.ptr(&g.ptr);
-        a.pst = self.ptr(&g.pst);
-        a.pen = self.ptr(&g.pen);
+        a.pdur = bufs.small.at(bufs.small.pdur_words());
+        a.ptr = bufs.small.at(bufs.small.ptr_words());
+        a.pst = bufs.small.pst();
+        a.pen = bufs.small.pen();
         self.meet_launch("meet_save_log", 2 * b, la, &a)?;
         self.meet_launch("meet_bwd_log", 2 * b, lb, &a)?;
         self.gpu.mark();
-        let flags = self.back(&bufs.flag)?;
-        Ok((bufs, g, flags))
+        Ok((bufs, g))
     }
 }
 

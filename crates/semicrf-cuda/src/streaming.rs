@@ -4,7 +4,7 @@
 use cudarc::driver::{
     CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
-use ndarray::{Array1, Array2, Array3, ArrayD, IxDyn};
+use ndarray::{Array1, Array2, Array3, ArrayD, ArrayView3, IxDyn};
 use semicrf_core::{
     Backward, ByteCount, Decoded, Error, Gradients, Potentials, Result, Scalar, Shape, trace_back,
 };
@@ -246,7 +246,10 @@ pub(crate) enum What {
     Backward,
 }
 
-/// One call's buffers on the device.
+/// One call's buffers on the device. The inputs travel in two copies: the scores and
+/// boundaries in the caller's precision, and every parameter (with the lengths and the
+/// upstream gradient) in one block of 8-byte words; the fields are device addresses inside
+/// them.
 pub(crate) struct Call<'g> {
     pub(crate) gpu: &'g Gpu,
     pub(crate) backend: &'g str,
@@ -254,18 +257,24 @@ pub(crate) struct Call<'g> {
     dd: bool,
     team: usize,
     threads: usize,
-    /// Scores and boundaries in the caller's precision (`f32` stays `f32`).
-    pub(crate) sc: Input,
-    pub(crate) bb: Option<Input>,
-    pub(crate) eb: Option<Input>,
-    tr: CudaSlice<f64>,
-    dur: CudaSlice<f64>,
-    st: CudaSlice<f64>,
-    en: CudaSlice<f64>,
-    pub(crate) len: CudaSlice<i64>,
+    /// Scores, then the boundaries given, in the caller's precision (`f32` stays `f32`).
+    inputs: Input,
+    pub(crate) sc: u64,
+    /// 0 where not given.
+    pub(crate) bb: u64,
+    pub(crate) eb: u64,
+    /// The parameters' block (kept alive for the addresses below).
+    _words: CudaSlice<u64>,
+    tr: u64,
+    dur: u64,
+    st: u64,
+    en: u64,
+    pub(crate) len: u64,
+    /// The upstream gradient of a backward pass (0 otherwise).
+    pub(crate) up: u64,
     /// The prepared parameters of `kernels/meet.cu` (`meet::params`), when the log
     /// semiring's static forward and backward may run there.
-    par: Option<CudaSlice<f64>>,
+    par: Option<u64>,
     /// Their threads per block.
     pub(crate) meet_plan: Option<usize>,
 }
@@ -278,13 +287,23 @@ pub(crate) enum Input {
 }
 
 impl Input {
-    fn new<F: Scalar>(gpu: &Gpu, backend: &str, it: impl Iterator<Item = F>) -> Result<Input> {
+    /// `parts` one after the other, in one copy.
+    fn new<F: Scalar>(gpu: &Gpu, backend: &str, parts: &[&ArrayView3<'_, F>]) -> Result<Input> {
+        fn gather<F: Scalar, T>(parts: &[&ArrayView3<'_, F>], to: impl Fn(F) -> T) -> Vec<T> {
+            let mut v = Vec::with_capacity(parts.iter().map(|a| a.len()).sum());
+            for a in parts {
+                match a.as_slice() {
+                    Some(s) => v.extend(s.iter().map(|&x| to(x))),
+                    None => v.extend(a.iter().map(|&x| to(x))),
+                }
+            }
+            v
+        }
         let r = if F::BYTES == 4 {
-            let v: Vec<f32> = it.map(|x| x.as_f64() as f32).collect();
-            gpu.upload(&v).map(Input::F32)
+            gpu.upload(&gather(parts, |x| x.as_f64() as f32))
+                .map(Input::F32)
         } else {
-            let v: Vec<f64> = it.map(|x| x.as_f64()).collect();
-            gpu.upload(&v).map(Input::F64)
+            gpu.upload(&gather(parts, |x| x.as_f64())).map(Input::F64)
         };
         r.map_err(|e| driver(backend, e))
     }
@@ -295,19 +314,47 @@ impl Input {
             Input::F64(s) => s.device_ptr(stream).0,
         }
     }
+
+    fn elem(&self) -> u64 {
+        match self {
+            Input::F32(_) => 4,
+            Input::F64(_) => 8,
+        }
+    }
+}
+
+/// Arrays of 8-byte words packed for one copy to the device: `push` returns an array's
+/// offset in words.
+#[derive(Default)]
+struct Words(Vec<u64>);
+
+impl Words {
+    fn f64s(&mut self, v: impl IntoIterator<Item = f64>) -> usize {
+        let at = self.0.len();
+        self.0.extend(v.into_iter().map(f64::to_bits));
+        at
+    }
+
+    fn i64s(&mut self, v: impl IntoIterator<Item = i64>) -> usize {
+        let at = self.0.len();
+        self.0.extend(v.into_iter().map(|x| x as u64));
+        at
+    }
 }
 
 impl<'g> Call<'g> {
+    /// The inputs of `p` on the device, with `upstream` (a backward pass's upstream
+    /// gradient; empty otherwise).
     fn new<F: Scalar>(
         gpu: &'g Gpu,
         backend: &'g str,
         p: &Potentials<'_, F>,
         meet: bool,
+        upstream: &[f64],
     ) -> Result<Self> {
         let shape = p.shape();
         let (k, c) = (shape.max_duration, shape.labels);
         let dd = p.has_duration_dependent_transition();
-        let up = |v: &[f64]| gpu.upload(v).map_err(|e| driver(backend, e));
         let tr: Vec<f64> = if dd {
             let mut v = Vec::with_capacity(k * c * c);
             for d in 0..k {
@@ -328,38 +375,54 @@ impl<'g> Call<'g> {
             .collect();
         let st: Vec<f64> = (0..c).map(|j| p.start_at(j)).collect();
         let en: Vec<f64> = (0..c).map(|j| p.end_at(j)).collect();
-        let len: Vec<i64> = p.lengths().iter().map(|&l| l as i64).collect();
         let (team, threads) = plan(k, c);
         // The kernels of `kernels/meet.cu` where their shared memory fits this device.
         let fits = |marg| meet::layout(k, c, gpu.smem_limit, marg).bytes <= gpu.smem_limit;
         let meet_plan = meet::plan(k, c).filter(|_| meet && !dd && fits(false) && fits(true));
-        let par = match meet_plan.and_then(|_| meet::params(&tr, &dur, &st, &en, k, c)) {
-            Some(v) => Some(up(&v)?),
-            None => None,
-        };
+        let par = meet_plan.and_then(|_| meet::params(&tr, &dur, &st, &en, k, c));
+        let mut w = Words::default();
+        let o_tr = w.f64s(tr);
+        let o_dur = w.f64s(dur);
+        let o_st = w.f64s(st);
+        let o_en = w.f64s(en);
+        let o_len = w.i64s(p.lengths().iter().map(|&l| l as i64));
+        let o_up = w.f64s(upstream.iter().copied());
+        let o_par = par.map(|v| w.f64s(v));
+        let words = gpu.upload(&w.0).map_err(|e| driver(backend, e))?;
+        let base = words.device_ptr(&gpu.stream).0;
+        let at = |o: usize| base + 8 * o as u64;
+        let (has_bb, has_eb) = (p.begin_boundary().is_some(), p.end_boundary().is_some());
+        let parts: Vec<&ArrayView3<'_, F>> = std::iter::once(p.scores())
+            .chain(p.begin_boundary())
+            .chain(p.end_boundary())
+            .collect();
+        let inputs = Input::new(gpu, backend, &parts)?;
+        let (ib, n) = (inputs.ptr(&gpu.stream), p.scores().len() as u64);
+        let e = inputs.elem();
         Ok(Call {
-            meet_plan: par.as_ref().and(meet_plan),
-            par,
+            meet_plan: o_par.and(meet_plan),
+            par: o_par.map(at),
             gpu,
             backend,
             shape,
             dd,
             team,
             threads,
-            sc: Input::new(gpu, backend, p.scores().iter().copied())?,
-            bb: match p.begin_boundary() {
-                Some(a) => Some(Input::new(gpu, backend, a.iter().copied())?),
-                None => None,
+            sc: ib,
+            bb: if has_bb { ib + e * n } else { 0 },
+            eb: match (has_bb, has_eb) {
+                (_, false) => 0,
+                (false, true) => ib + e * n,
+                (true, true) => ib + 2 * e * n,
             },
-            eb: match p.end_boundary() {
-                Some(a) => Some(Input::new(gpu, backend, a.iter().copied())?),
-                None => None,
-            },
-            tr: up(&tr)?,
-            dur: up(&dur)?,
-            st: up(&st)?,
-            en: up(&en)?,
-            len: gpu.upload(&len).map_err(|e| driver(backend, e))?,
+            inputs,
+            _words: words,
+            tr: at(o_tr),
+            dur: at(o_dur),
+            st: at(o_st),
+            en: at(o_en),
+            len: at(o_len),
+            up: if upstream.is_empty() { 0 } else { at(o_up) },
         })
     }
 
@@ -383,24 +446,38 @@ impl<'g> Call<'g> {
         self.gpu.stream.clone_dtoh(s).map_err(|e| self.err(e))
     }
 
+    /// `n` values at device address `at`, a part of one of this call's live allocations
+    /// (after everything on the stream before it).
+    pub(crate) fn back_at(&self, at: u64, n: usize) -> Result<Vec<f64>> {
+        let mut v = vec![0.0; n];
+        // SAFETY: `at .. at + 8n` lies inside an allocation of this call that outlives the
+        // copy, which completes before this returns (the stream is synchronised).
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(&mut v, at, self.gpu.stream.cu_stream())
+        }
+        .and_then(|()| self.gpu.stream.synchronize())
+        .map_err(|e| self.err(e))?;
+        Ok(v)
+    }
+
     /// Whether the scores and boundaries are stored as `f32`.
     pub(crate) fn f32in(&self) -> bool {
-        matches!(self.sc, Input::F32(_))
+        matches!(self.inputs, Input::F32(_))
     }
 
     /// The argument block with the inputs filled in.
     fn args(&self) -> Args {
         let sh = self.shape;
         Args {
-            sc: self.sc.ptr(&self.gpu.stream),
-            bb: self.bb.as_ref().map_or(0, |x| x.ptr(&self.gpu.stream)),
-            eb: self.eb.as_ref().map_or(0, |x| x.ptr(&self.gpu.stream)),
+            sc: self.sc,
+            bb: self.bb,
+            eb: self.eb,
             f32in: self.f32in() as i32,
-            tr: self.ptr(&self.tr),
-            dur: self.ptr(&self.dur),
-            st: self.ptr(&self.st),
-            en: self.ptr(&self.en),
-            len: self.ptr(&self.len),
+            tr: self.tr,
+            dur: self.dur,
+            st: self.st,
+            en: self.en,
+            len: self.len,
             t: sh.len as i64,
             k: sh.max_duration as i64,
             c: sh.labels as i64,
@@ -475,7 +552,7 @@ impl<'g> Call<'g> {
         &self,
         ring: Ring,
         seq: Option<&Seq>,
-        out: Option<&CudaSlice<f64>>,
+        out: Option<u64>,
         extra: impl Fn(&mut Args),
     ) -> Result<Fwd> {
         let sh = self.shape;
@@ -501,7 +578,11 @@ impl<'g> Call<'g> {
         a.ringh = self.opt(&r1h);
         a.ring2 = self.opt(&r2);
         a.ring2h = self.opt(&r2h);
-        a.out = self.ptr(out.or(own.as_ref()).expect("an output buffer"));
+        a.out = match (out, &own) {
+            (Some(at), _) => at,
+            (None, Some(own)) => self.ptr(own),
+            (None, None) => unreachable!("an output buffer is allocated where none is given"),
+        };
         extra(&mut a);
         let form = if self.dd { "dd" } else { "static" };
         let kernel = format!("fwd_{form}_{}", ring.suffix());
@@ -554,18 +635,20 @@ pub(crate) fn forward<F: Scalar>(
     meet: bool,
 ) -> Result<Vec<[f64; 2]>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, p, meet && ring == Ring::Log)?;
+    let call = Call::new(gpu, backend, p, meet && ring == Ring::Log, &[])?;
     let out = match &call.par {
         Some(par) => {
-            let (bufs, flags) = call.meet_forward(par)?;
-            let redo = given_up(&flags);
-            let _rerun = if redo.is_empty() {
-                None
-            } else {
-                Some(call.forward(Ring::Log, Some(&call.seq(redo)?), Some(&bufs.out), |_| {})?)
-            };
+            let (bufs, small) = call.meet_forward(*par)?;
+            let redo = given_up(&small.flags);
             gpu.mark();
-            call.back(&bufs.out)?
+            if redo.is_empty() {
+                small.out
+            } else {
+                let at = bufs.small.out();
+                let _rerun = call.forward(Ring::Log, Some(&call.seq(redo)?), Some(at), |_| {})?;
+                gpu.mark();
+                call.back_at(at, 2 * p.shape().batch)?
+            }
         }
         None => {
             let fwd = call.forward(ring, None, None, |_| {})?;
@@ -583,7 +666,7 @@ pub(crate) fn viterbi<F: Scalar>(
     p: &Potentials<'_, F>,
 ) -> Result<Vec<Decoded>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, p, false)?;
+    let call = Call::new(gpu, backend, p, false, &[])?;
     let sh = p.shape();
     let (t, c) = (sh.len, sh.labels);
     let n = sh.batch * (t + 1) * c;
@@ -643,9 +726,9 @@ pub(crate) fn backward<F: Scalar>(
     meet: bool,
 ) -> Result<Backward> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, p, meet)?;
+    let call = Call::new(gpu, backend, p, meet, upstream)?;
     if let Some(par) = &call.par {
-        return meet_backward(&call, par, p, upstream);
+        return meet_backward(&call, *par, p, upstream);
     }
     let sh = p.shape();
     let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
@@ -664,9 +747,9 @@ pub(crate) fn backward<F: Scalar>(
     let out = fwd.out.as_ref().expect("its own output");
     let log_z: Vec<f64> = call.back(out)?.chunks(2).map(|w| w[0]).collect();
     semicrf_core::check_feasible(&log_z)?;
-    let o = Outs::new(&call, p.begin_boundary().is_some(), true)?;
+    let o = Outs::new(&call, p.begin_boundary().is_some())?;
     let mut a = call.args();
-    let _bufs = o.fill(&call, &mut a, upstream, &log_z, &alpha, u.as_ref())?;
+    let _bufs = o.fill(&call, &mut a, &log_z, &alpha, u.as_ref())?;
     let kernel = if dd { "bwd_dd_log" } else { "bwd_static_log" };
     call.launch(kernel, &a)?;
     gpu.mark();
@@ -674,7 +757,7 @@ pub(crate) fn backward<F: Scalar>(
     let sum = |v: Vec<f64>, n: usize| weighted(upstream, bn, &v, n, |_| false, &[]);
     let tr = sum(call.back(&o.ptr)?, ntr);
     let dur = sum(call.back(&o.pdur)?, k * c);
-    o.finish(&call, p, log_z, tr, dur, upstream)
+    o.finish(&call, p, log_z, tr, dur, upstream, None)
 }
 
 /// Σ_b g_b · (per-sequence marginals `v`, `n` each), in ascending b; the sequences for which
@@ -717,17 +800,21 @@ struct Outs {
     bmarg: CudaSlice<f64>,
     pdur: CudaSlice<f64>,
     ptr: CudaSlice<f64>,
-    pst: CudaSlice<f64>,
-    pen: CudaSlice<f64>,
+    /// Start and end marginals: addresses of `bn·c` values each (in `_keep` or in the
+    /// small outputs of `kernels/meet.cu`).
+    pst: u64,
+    pen: u64,
+    _keep: Vec<CudaSlice<f64>>,
 }
 
 impl Outs {
-    fn new(call: &Call<'_>, gbb: bool, all: bool) -> Result<Outs> {
+    fn new(call: &Call<'_>, gbb: bool) -> Result<Outs> {
         let sh = call.shape;
         let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
         let btc = bn * t * c;
         let ntr = if call.dd { k * c * c } else { c * c };
-        let z = |n: usize| call.zeros::<f64>(if all { n } else { 1 });
+        let z = |n: usize| call.zeros::<f64>(n);
+        let (pst, pen) = (z(bn * c)?, z(bn * c)?);
         Ok(Outs {
             gsc: z(btc)?,
             gbb: if gbb { Some(z(btc)?) } else { None },
@@ -735,8 +822,9 @@ impl Outs {
             bmarg: z(bn * t)?,
             pdur: call.zeros::<f64>(bn * k * c)?,
             ptr: call.zeros::<f64>(bn * ntr)?,
-            pst: z(bn * c)?,
-            pen: z(bn * c)?,
+            pst: call.ptr(&pst),
+            pen: call.ptr(&pen),
+            _keep: vec![pst, pen],
         })
     }
 
@@ -746,18 +834,16 @@ impl Outs {
         &self,
         call: &Call<'_>,
         a: &mut Args,
-        upstream: &[f64],
         log_z: &[f64],
         alpha: &CudaSlice<f64>,
         u: Option<&CudaSlice<f64>>,
-    ) -> Result<[CudaSlice<f64>; 4]> {
+    ) -> Result<[CudaSlice<f64>; 3]> {
         let sh = call.shape;
         let n = sh.batch * sh.max_duration * sh.labels;
         let ring = call.zeros::<f64>(n)?;
         let ring2 = call.zeros::<f64>(n)?;
-        let upd = call.gpu.upload(upstream).map_err(|e| call.err(e))?;
         let lz = call.gpu.upload(log_z).map_err(|e| call.err(e))?;
-        a.up = call.ptr(&upd);
+        a.up = call.up;
         a.lz = call.ptr(&lz);
         a.ring = call.ptr(&ring);
         a.ring2 = call.ptr(&ring2);
@@ -769,9 +855,9 @@ impl Outs {
         a.bmarg = call.ptr(&self.bmarg);
         a.pdur = call.ptr(&self.pdur);
         a.ptr = call.ptr(&self.ptr);
-        a.pst = call.ptr(&self.pst);
-        a.pen = call.ptr(&self.pen);
-        Ok([ring, ring2, upd, lz])
+        a.pst = self.pst;
+        a.pen = self.pen;
+        Ok([ring, ring2, lz])
     }
 
     /// The gradients from the position, begin, end and boundary marginals on the device and
@@ -784,6 +870,7 @@ impl Outs {
         tr: Vec<f64>,
         dur: Vec<f64>,
         upstream: &[f64],
+        known: Option<(Vec<f64>, Vec<f64>)>,
     ) -> Result<Backward> {
         let sh = call.shape;
         let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
@@ -803,8 +890,16 @@ impl Outs {
         };
         let bm = Array2::from_shape_vec((bn, t), call.back(&self.bmarg)?).map_err(dev)?;
         let one = |v: Vec<f64>| weighted(upstream, bn, &v, c, |_| false, &[]);
-        let start = one(call.back(&self.pst)?);
-        let end = one(call.back(&self.pen)?);
+        let (start, end) = match known {
+            Some((st, en)) => (one(st), one(en)),
+            None => {
+                let n = bn * c;
+                (
+                    one(call.back_at(self.pst, n)?),
+                    one(call.back_at(self.pen, n)?),
+                )
+            }
+        };
         let transition = if call.dd {
             ArrayD::from_shape_vec(IxDyn(&[k, c, c]), tr)
         } else {
@@ -834,17 +929,20 @@ impl Outs {
 /// backward into the same marginal buffers and their own duration and transition marginals.
 fn meet_backward<F: Scalar>(
     call: &Call<'_>,
-    par: &CudaSlice<f64>,
+    par: u64,
     p: &Potentials<'_, F>,
     upstream: &[f64],
 ) -> Result<Backward> {
     let sh = call.shape;
     let (bn, k, c) = (sh.batch, sh.max_duration, sh.labels);
     let eb = p.end_boundary().is_some();
-    let (bufs, g, flags) = call.meet_backward(par, upstream, eb)?;
-    let redo = given_up(&flags);
-    let pdur2 = call.back(&g.pdur)?;
-    let ptr2 = call.back(&g.ptr)?;
+    let (bufs, g) = call.meet_backward(par, eb)?;
+    let mut small = bufs.small.read(call)?;
+    let redo = given_up(&small.flags);
+    let (pdur2, ptr2) = (
+        std::mem::take(&mut small.pdur),
+        std::mem::take(&mut small.ptr),
+    );
     let o = Outs {
         gsc: g.gsc,
         gbb: Some(g.gbb),
@@ -855,27 +953,32 @@ fn meet_backward<F: Scalar>(
         bmarg: g.bmarg,
         pdur: call.zeros::<f64>(if redo.is_empty() { 1 } else { bn * k * c })?,
         ptr: call.zeros::<f64>(if redo.is_empty() { 1 } else { bn * c * c })?,
-        pst: g.pst,
-        pen: g.pen,
+        pst: bufs.small.pst(),
+        pen: bufs.small.pen(),
+        _keep: Vec::new(),
     };
     let mut keep = Vec::new();
     if !redo.is_empty() {
         // The log-domain forward of the sequences given up, saving α and u in the (larger)
         // buffers of the saved rows, then their backward.
         let seq = call.seq(redo.clone())?;
-        let fwd = call.forward(Ring::Log, Some(&seq), Some(&bufs.out), |a| {
+        let out = bufs.small.out();
+        let fwd = call.forward(Ring::Log, Some(&seq), Some(out), |a| {
             a.alpha = call.ptr(&g.alpha);
             a.u = call.ptr(&g.u);
         })?;
-        let log_z: Vec<f64> = call.back(&bufs.out)?.chunks(2).map(|w| w[0]).collect();
+        let log_z: Vec<f64> = call.back_at(out, 2 * bn)?.chunks(2).map(|w| w[0]).collect();
         semicrf_core::check_feasible(&log_z)?;
         let mut a = call.args();
-        keep.push(o.fill(call, &mut a, upstream, &log_z, &g.alpha, Some(&g.u))?);
+        keep.push(o.fill(call, &mut a, &log_z, &g.alpha, Some(&g.u))?);
         call.launch_on("bwd_static_log", &a, Some(&seq))?;
         drop(fwd);
+        // Log Z and the start and end marginals of the sequences rerun.
+        let again = bufs.small.read(call)?;
+        (small.out, small.pst, small.pen) = (again.out, again.pst, again.pen);
     }
     call.gpu.mark();
-    let log_z: Vec<f64> = call.back(&bufs.out)?.chunks(2).map(|w| w[0]).collect();
+    let log_z: Vec<f64> = small.out.chunks(2).map(|w| w[0]).collect();
     semicrf_core::check_feasible(&log_z)?;
     let again = |b: usize| redo.binary_search(&b).is_err();
     let (tr, dur) = if redo.is_empty() {
@@ -889,5 +992,13 @@ fn meet_backward<F: Scalar>(
             weighted(upstream, bn, &call.back(&o.pdur)?, k * c, again, &pdur2),
         )
     };
-    o.finish(call, p, log_z, tr, dur, upstream)
+    o.finish(
+        call,
+        p,
+        log_z,
+        tr,
+        dur,
+        upstream,
+        Some((small.pst, small.pen)),
+    )
 }
