@@ -55,6 +55,13 @@
 //! domain's. [`CudaEngine::reruns`] counts such sequences and [`CudaEngine::log_domain_only`]
 //! runs every sequence in the log domain.
 //!
+//! For at most 8, 16 and 32 labels these kernels are also compiled for that label width
+//! (NVRTC, on the first call that needs the width: a few seconds, once per process): the
+//! sequential block of 8 steps unrolled, each label's column of the transition, its first
+//! duration weights and its new entries in registers. They compute every value in the same
+//! order as the general kernels, so results are bitwise the same (a test compares them);
+//! `SEMICRF_CUDA_FAST=0` in the environment selects the general kernels, for comparison.
+//!
 //! **Everything else** (max and entropy, `(K, C, C)` transitions, more than 64 labels, and the
 //! reruns): one thread block per sequence walks the positions in order in the log domain;
 //! teams of up to 32 lanes each take a label and split its `K` durations (or its `C`
@@ -72,8 +79,8 @@
 //! both boundaries whether given or not, and what a log-domain rerun of every sequence would
 //! add), and [`CudaEngine::measure_memory`] measures a call: at S5 (1, 16384, 127, 4), f32, a
 //! forward+backward allocates 2.78 MB against a bound of 3.84 MB (flash-semicrf 0.2.0: 3.21
-//! MB). On an H100 (2026-11-24, whole calls, f32) a forward+backward takes 0.43 ms at S1, 6.2
-//! ms at S4, 19.5 ms at S5, 7.2 ms at S6 and 1.70 s at S8 (1, 100000, 1000, 24); the README
+//! MB). On an H100 (2026-11-24, whole calls, f32) a forward+backward takes 0.26 ms at S1, 4.3
+//! ms at S4, 15 ms at S5, 5.9 ms at S6 and 1.64 s at S8 (1, 100000, 1000, 24); the README
 //! compares them with the CPU engine and flash-semicrf.
 //!
 //! **Determinism.** Every reduction has a fixed order (lanes and threads in index order,
