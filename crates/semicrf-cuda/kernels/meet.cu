@@ -540,34 +540,83 @@ __device__ __forceinline__ double mt_inblock(const Sweep& w, int k) {
     return s0 + s1;
 }
 
+// The marginal factors of step t of label j (second halves): Q0 (q0, its bound q0e) for the
+// end marginals and cB (cb, cbe) for the begin marginals, from the other sweep's staged row
+// r; the window's start `lo` and the factors phase 3 uses. Beyond the range, a factor meets
+// only entries or rows of 0 (else a marginal would be beyond 1, which the checks catch): it
+// is kept as 0, not ∞.
+__device__ __forceinline__ void mt_factors(Sweep& w, int k, int r, int t, i64 EZ, double kz,
+                                           double f, double xf, double& q0, double& q0e,
+                                           double& cb, double& cbe) {
+    const int K = w.K, C = w.C, j = w.j;
+    const i64 eu = (i64)__double_as_longlong(w.oEu[r]);
+    const i64 ea = (i64)__double_as_longlong(w.oEa[r]);
+    const double base = mt_scale(kz, w.Eold + eu - EZ) * f * xf * w.etmo;
+    q0 = base * w.oU[r * C + j];
+    q0e = base * w.oRu[r];
+    const double cbase = mt_scale(kz, w.Eold + ea - EZ) * w.emt;
+    cb = cbase * w.oA[r * C + j];
+    cbe = cbase * w.oRa[r];
+    int lo = t - K > w.floor ? t - K : w.floor;
+    if (w.side) lo = lo > w.L - w.m ? lo : w.L - w.m;
+    w.lo[k * C + j] = lo;
+    const double gqv = mt_mulp2(w.gm * q0, w.gx);
+    w.gq[k * C + j] = gqv <= 1.7976931348623157e308 ? gqv : 0.0;
+    w.cbs[k * C + j] = cb <= 1.7976931348623157e308 ? cb : 0.0;
+}
+
+// Step t's outputs of label j (second halves): the begin marginal of t-1 (bm) and the end
+// marginal of t (em2) into the running position marginal `mu` (`ep`: the last end
+// marginal), and the gradients at their positions in the original coordinates, where the
+// forward sweep's begin/end are the reverse's end/begin.
+__device__ __forceinline__ void mt_put(Sweep& w, int t, double bm, double em2, double& mu,
+                                       double& ep) {
+    const MArgs& a = w.a;
+    const int C = w.C, j = w.j;
+    const double nmu = mu + bm - ep;
+    mu = nmu;
+    ep = em2;
+    const double g = a.up[w.b];
+    const int ps = w.side ? w.L - t : t - 1;  // position of this μ and of bm/em's row
+    const i64 o = ((i64)w.b * a.T + ps) * C + j;
+    a.gsc[o] = g * nmu;
+    if (w.side == 0) {
+        a.gbb[o] = bm;                  // begin at t-1 (scaled by the tail)
+        if (a.geb) a.geb[o] = g * em2;  // end at t: end_boundary[t-1]
+        if (t == w.L) a.pen[(i64)w.b * C + j] = em2;
+    } else {
+        a.gbb[o] = em2;                // begin at L-t
+        if (a.geb) a.geb[o] = g * bm;  // end at L-t+1: end_boundary[L-t]
+        if (t == w.L) a.pst[(i64)w.b * C + j] = em2;
+    }
+}
+
+// Step t's saved row of label j (first halves of a backward): α̃_t, ũ_{t-1}, and by thread 0
+// the step's exponent and the bound `erm` of the row before.
+__device__ __forceinline__ void mt_save_row(Sweep& w, int t, double an, double v, double erm) {
+    const MArgs& a = w.a;
+    const int C = w.C, j = w.j;
+    const i64 row = ((i64)w.b * 2 + w.side) * a.H;
+    a.alpha[(row + t) * C + j] = an;
+    a.u[(row + t - 1) * C + j] = v;
+    if (j == 0) {
+        a.ex[row + t] = w.E;
+        if (t >= 2) a.erm[row + t - 1] = erm;
+    }
+}
+
 // The common step of label j (see `mt_step`): its transition sum v, the scale step e, the
 // new twin and entry, and the window's sum s (H and this block's entries) are known.
 template <int MODE>
 __device__ __forceinline__ void mt_easy(Sweep& w, Blk& bk, int t0, int k, int r, int slot,
                                         i64 EZ, double kz, double& mu, double& ep, double v,
                                         int e, double twin, double entry, double s) {
-    const MArgs& a = w.a;
-    const int K = w.K, C = w.C, j = w.j, t = t0 + k;
+    const int C = w.C, j = w.j, t = t0 + k;
     const double f = w.sF[r * C + j], fi = w.sFi[r * C + j], xf = w.sX[r * C + j];
     w.gmo = w.gm;
     w.gxo = w.gx;
     double q0 = 0.0, q0e = 0.0, cb = 0.0, cbe = 0.0;
-    if (MODE == MT_MARG) {
-        const i64 eu = (i64)__double_as_longlong(w.oEu[r]);
-        const i64 ea = (i64)__double_as_longlong(w.oEa[r]);
-        const double base = mt_scale(kz, w.Eold + eu - EZ) * f * xf * w.etmo;
-        q0 = base * w.oU[r * C + j];
-        q0e = base * w.oRu[r];
-        const double cbase = mt_scale(kz, w.Eold + ea - EZ) * w.emt;
-        cb = cbase * w.oA[r * C + j];
-        cbe = cbase * w.oRa[r];
-        int lo = t - K > w.floor ? t - K : w.floor;
-        if (w.side) lo = lo > w.L - w.m ? lo : w.L - w.m;
-        w.lo[k * C + j] = lo;
-        const double gqv = mt_mulp2(w.gm * q0, w.gx);
-        w.gq[k * C + j] = gqv <= 1.7976931348623157e308 ? gqv : 0.0;
-        w.cbs[k * C + j] = cb <= 1.7976931348623157e308 ? cb : 0.0;
-    }
+    if (MODE == MT_MARG) mt_factors(w, k, r, t, EZ, kz, f, xf, q0, q0e, cb, cbe);
     // G ← G·f·2^-e, its mantissa kept within 2^±32.
     w.gm *= f;
     w.gim *= fi;
@@ -588,36 +637,13 @@ __device__ __forceinline__ void mt_easy(Sweep& w, Blk& bk, int t0, int k, int r,
         if (!(err <= mt_err())) atomicOr(w.flg, 4);
         if (!(bm <= 2.0) || !(em2 <= 2.0)) atomicOr(w.flg, 2);
         w.acc1 += twin * bk.w1 * q0;
-        const double nmu = mu + bm - ep;
-        mu = nmu;
-        ep = em2;
-        const double g = a.up[w.b];
-        const int ps = w.side ? w.L - t : t - 1;
-        const i64 o = ((i64)w.b * a.T + ps) * C + j;
-        a.gsc[o] = g * nmu;
-        if (w.side == 0) {
-            a.gbb[o] = bm;
-            if (a.geb) a.geb[o] = g * em2;
-            if (t == w.L) a.pen[(i64)w.b * C + j] = em2;
-        } else {
-            a.gbb[o] = em2;
-            if (a.geb) a.geb[o] = g * bm;
-            if (t == w.L) a.pst[(i64)w.b * C + j] = em2;
-        }
+        mt_put(w, t, bm, em2, mu, ep);
     }
     w.ebk[k * C + j] = entry;
     w.A[(k + 1) * w.C4 + j] = an;
     w.ER[(k + 1) * w.C4 + j] = 0.0;
     w.ring[j * w.RK + slot] = entry;
-    if (MODE == MT_SAVE) {
-        const i64 row = ((i64)w.b * 2 + w.side) * a.H;
-        a.alpha[(row + t) * C + j] = an;
-        a.u[(row + t - 1) * C + j] = v;
-        if (j == 0) {
-            a.ex[row + t] = w.E;
-            if (t >= 2) a.erm[row + t - 1] = 0.0;
-        }
-    }
+    if (MODE == MT_SAVE) mt_save_row(w, t, an, v, 0.0);
 }
 
 // Phase 2, step t = t0 + k of thread j (staged row r). `mu`, `ep`: the running position
@@ -625,7 +651,6 @@ __device__ __forceinline__ void mt_easy(Sweep& w, Blk& bk, int t0, int k, int r,
 template <int MODE>
 __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r, int slot,
                                         i64 EZ, double kz, double& mu, double& ep) {
-    const MArgs& a = w.a;
     const int K = w.K, C = w.C, j = w.j, t = t0 + k;
     const int nd = t < K ? t : K;
     const double* Ap = w.A + k * w.C4;
@@ -696,24 +721,7 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
         double s = (bk.hf == 0.0 ? 0.0 : bk.hf * w.H[k * C + j]) + mt_inblock(w, k);
         // The marginal factors (second halves).
         double q0 = 0.0, q0e = 0.0, cb = 0.0, cbe = 0.0;
-        if (MODE == MT_MARG) {
-            const i64 eu = (i64)__double_as_longlong(w.oEu[r]);
-            const i64 ea = (i64)__double_as_longlong(w.oEa[r]);
-            const double base = mt_scale(kz, w.Eold + eu - EZ) * f * xf * w.etmo;
-            q0 = base * w.oU[r * C + j];
-            q0e = base * w.oRu[r];
-            const double cbase = mt_scale(kz, w.Eold + ea - EZ) * w.emt;
-            cb = cbase * w.oA[r * C + j];
-            cbe = cbase * w.oRa[r];
-            int lo = t - K > w.floor ? t - K : w.floor;
-            if (w.side) lo = lo > w.L - w.m ? lo : w.L - w.m;
-            w.lo[k * C + j] = lo;
-            // Beyond the range, a factor meets only entries or rows of 0 (else a marginal
-            // would be beyond 1, which the checks below catch): it is kept as 0, not ∞.
-            const double gqv = mt_mulp2(w.gm * q0, w.gx);
-            w.gq[k * C + j] = gqv <= 1.7976931348623157e308 ? gqv : 0.0;
-            w.cbs[k * C + j] = cb <= 1.7976931348623157e308 ? cb : 0.0;
-        }
+        if (MODE == MT_MARG) mt_factors(w, k, r, t, EZ, kz, f, xf, q0, q0e, cb, cbe);
         const int ndj = nd < t - w.floor ? nd : t - w.floor;
         const double sc = mt_pow2(-e);
         const double twin = v * bbf, tb = ev * bbf;
@@ -773,37 +781,13 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
             if (!(err <= mt_err())) atomicOr(w.flg, 4);
             if (!(bm <= 2.0) || !(em2 <= 2.0)) atomicOr(w.flg, 2);
             w.acc1 += twin * bk.w1 * q0;
-            const double nmu = mu + bm - ep;
-            mu = nmu;
-            ep = em2;
-            const double g = a.up[w.b];
-            // Original coordinates: the forward sweep's begin/end are the reverse's end/begin.
-            const int ps = w.side ? w.L - t : t - 1;  // position of this μ and of bm/em's row
-            const i64 o = ((i64)w.b * a.T + ps) * C + j;
-            a.gsc[o] = g * nmu;
-            if (w.side == 0) {
-                a.gbb[o] = bm;                  // begin at t-1 (scaled by the tail)
-                if (a.geb) a.geb[o] = g * em2;  // end at t: end_boundary[t-1]
-                if (t == w.L) a.pen[(i64)w.b * C + j] = em2;
-            } else {
-                a.gbb[o] = em2;                // begin at L-t
-                if (a.geb) a.geb[o] = g * bm;  // end at L-t+1: end_boundary[L-t]
-                if (t == w.L) a.pst[(i64)w.b * C + j] = em2;
-            }
+            mt_put(w, t, bm, em2, mu, ep);
         }
         w.A[(k + 1) * w.C4 + j] = an;
         w.ER[(k + 1) * w.C4 + j] = ern;
         if (ern > 0.0) atomicOr(&w.anyer[k + 1], 1);
         w.ring[j * w.RK + slot] = entry;
-        if (MODE == MT_SAVE) {
-            const i64 row = ((i64)w.b * 2 + w.side) * a.H;
-            a.alpha[(row + t) * C + j] = an;
-            a.u[(row + t - 1) * C + j] = v;
-            if (j == 0) {
-                a.ex[row + t] = w.E;
-                if (t >= 2) a.erm[row + t - 1] = em;
-            }
-        }
+        if (MODE == MT_SAVE) mt_save_row(w, t, an, v, em);
     }
     mt_bar_n(w.C2);
 }

@@ -165,23 +165,26 @@ impl Gpu {
         }
     }
 
-    /// A kernel of [`KERNELS`] or of [`wide_kernels`], the latter compiled and loaded with
-    /// the rest of their width on first use.
-    pub(crate) fn function_or_wide(&self, name: &str) -> std::result::Result<CudaFunction, String> {
-        if let Some(f) = self.functions.get(name) {
-            return Ok(f.clone());
+    /// A kernel of [`KERNELS`] (`ct` 0) or of [`wide_kernels`]`(ct)`, the latter compiled
+    /// and loaded with the rest of their width on first use.
+    pub(crate) fn function_or_wide(
+        &self,
+        name: &str,
+        ct: usize,
+    ) -> std::result::Result<CudaFunction, String> {
+        if ct == 0 {
+            return Ok(self.function(name).clone());
         }
-        let ct = crate::meet::WIDTHS
-            .into_iter()
-            .find(|ct| wide_kernels(*ct).iter().any(|k| k == name))
-            .ok_or_else(|| format!("no kernel {name}"))?;
         let mut wide = self.wide.lock().unwrap_or_else(|p| p.into_inner());
         let set = wide.entry(ct).or_insert_with(|| {
             let ptx = compile_wide(&self.arch, ct)?;
             load(&self.ctx, ptx, wide_kernels(ct), self.smem_limit as i32).map(|(_, f)| f)
         });
         match set {
-            Ok(f) => Ok(f[name].clone()),
+            Ok(f) => f
+                .get(name)
+                .cloned()
+                .ok_or_else(|| format!("no kernel {name} of width {ct}")),
             Err(e) => Err(e.clone()),
         }
     }
@@ -250,28 +253,38 @@ pub(crate) fn gpu(ordinal: usize, backend: &str) -> Result<Arc<Gpu>> {
 /// The kernels compiled by NVRTC for a virtual architecture (`compute_90`, ...), as PTX the
 /// driver finishes for the device.
 pub(crate) fn compile(arch: &str) -> std::result::Result<Ptx, String> {
-    let opts = CompileOptions {
-        options: vec![format!("--gpu-architecture={arch}"), "-std=c++17".into()],
-        name: Some("semicrf_streaming.cu".into()),
-        ..Default::default()
-    };
-    compile_ptx_with_opts(SOURCES.concat(), opts)
-        .map_err(|e| format!("NVRTC could not compile the kernels: {e:?}"))
+    nvrtc(arch, SOURCES.concat(), "semicrf_streaming.cu", None)
+        .map_err(|e| format!("NVRTC could not compile the kernels: {e}"))
 }
 
 /// The kernels of `kernels/meet.cu` of label width `ct` ([`wide_kernels`]), as [`compile`].
 pub(crate) fn compile_wide(arch: &str, ct: usize) -> std::result::Result<Ptx, String> {
+    let src = [SOURCES[0], SOURCES[3]].concat();
+    nvrtc(
+        arch,
+        src,
+        &format!("semicrf_meet_c{ct}.cu"),
+        Some(format!("-DMT_CT={ct}")),
+    )
+    .map_err(|e| format!("NVRTC could not compile the kernels of width {ct}: {e}"))
+}
+
+/// `src` (named `name` in NVRTC's messages) compiled for `arch`, with one more option.
+fn nvrtc(
+    arch: &str,
+    src: String,
+    name: &str,
+    extra: Option<String>,
+) -> std::result::Result<Ptx, String> {
     let opts = CompileOptions {
-        options: vec![
-            format!("--gpu-architecture={arch}"),
-            "-std=c++17".into(),
-            format!("-DMT_CT={ct}"),
-        ],
-        name: Some(format!("semicrf_meet_c{ct}.cu")),
+        options: [format!("--gpu-architecture={arch}"), "-std=c++17".into()]
+            .into_iter()
+            .chain(extra)
+            .collect(),
+        name: Some(name.into()),
         ..Default::default()
     };
-    compile_ptx_with_opts([SOURCES[0], SOURCES[3]].concat(), opts)
-        .map_err(|e| format!("NVRTC could not compile the kernels of width {ct}: {e:?}"))
+    compile_ptx_with_opts(src, opts).map_err(|e| format!("{e:?}"))
 }
 
 fn open(ordinal: usize) -> Opened {

@@ -442,22 +442,9 @@ impl<'g> Call<'g> {
         s.as_ref().map_or(0, |s| self.ptr(s))
     }
 
-    pub(crate) fn back<T: DeviceRepr>(&self, s: &CudaSlice<T>) -> Result<Vec<T>> {
+    /// A device array (or a part of one, a `CudaView`) on the host.
+    pub(crate) fn back<T: DeviceRepr, S: DevicePtr<T>>(&self, s: &S) -> Result<Vec<T>> {
         self.gpu.stream.clone_dtoh(s).map_err(|e| self.err(e))
-    }
-
-    /// `n` values at device address `at`, a part of one of this call's live allocations
-    /// (after everything on the stream before it).
-    pub(crate) fn back_at(&self, at: u64, n: usize) -> Result<Vec<f64>> {
-        let mut v = vec![0.0; n];
-        // SAFETY: `at .. at + 8n` lies inside an allocation of this call that outlives the
-        // copy, which completes before this returns (the stream is synchronised).
-        unsafe {
-            cudarc::driver::result::memcpy_dtoh_async(&mut v, at, self.gpu.stream.cu_stream())
-        }
-        .and_then(|()| self.gpu.stream.synchronize())
-        .map_err(|e| self.err(e))?;
-        Ok(v)
     }
 
     /// Whether the scores and boundaries are stored as `f32`.
@@ -647,7 +634,7 @@ pub(crate) fn forward<F: Scalar>(
                 let at = bufs.small.out();
                 let _rerun = call.forward(Ring::Log, Some(&call.seq(redo)?), Some(at), |_| {})?;
                 gpu.mark();
-                call.back_at(at, 2 * p.shape().batch)?
+                bufs.small.read_out(&call)?
             }
         }
         None => {
@@ -800,11 +787,12 @@ struct Outs {
     bmarg: CudaSlice<f64>,
     pdur: CudaSlice<f64>,
     ptr: CudaSlice<f64>,
-    /// Start and end marginals: addresses of `bn·c` values each (in `_keep` or in the
+    /// Start and end marginals: addresses of `bn·c` values each (in `own` or in the
     /// small outputs of `kernels/meet.cu`).
     pst: u64,
     pen: u64,
-    _keep: Vec<CudaSlice<f64>>,
+    /// The start and end marginals' own buffers (a log-domain backward's).
+    own: Option<[CudaSlice<f64>; 2]>,
 }
 
 impl Outs {
@@ -824,7 +812,7 @@ impl Outs {
             ptr: call.zeros::<f64>(bn * ntr)?,
             pst: call.ptr(&pst),
             pen: call.ptr(&pen),
-            _keep: vec![pst, pen],
+            own: Some([pst, pen]),
         })
     }
 
@@ -890,16 +878,17 @@ impl Outs {
         };
         let bm = Array2::from_shape_vec((bn, t), call.back(&self.bmarg)?).map_err(dev)?;
         let one = |v: Vec<f64>| weighted(upstream, bn, &v, c, |_| false, &[]);
-        let (start, end) = match known {
-            Some((st, en)) => (one(st), one(en)),
-            None => {
-                let n = bn * c;
-                (
-                    one(call.back_at(self.pst, n)?),
-                    one(call.back_at(self.pen, n)?),
-                )
+        let (st, en) = match (known, &self.own) {
+            (Some(se), _) => se,
+            (None, Some([st, en])) => (call.back(st)?, call.back(en)?),
+            (None, None) => {
+                return Err(Error::Device {
+                    backend: call.backend.into(),
+                    message: "the start and end marginals were not read back".into(),
+                });
             }
         };
+        let (start, end) = (one(st), one(en));
         let transition = if call.dd {
             ArrayD::from_shape_vec(IxDyn(&[k, c, c]), tr)
         } else {
@@ -955,7 +944,7 @@ fn meet_backward<F: Scalar>(
         ptr: call.zeros::<f64>(if redo.is_empty() { 1 } else { bn * c * c })?,
         pst: bufs.small.pst(),
         pen: bufs.small.pen(),
-        _keep: Vec::new(),
+        own: None,
     };
     let mut keep = Vec::new();
     if !redo.is_empty() {
@@ -967,7 +956,7 @@ fn meet_backward<F: Scalar>(
             a.alpha = call.ptr(&g.alpha);
             a.u = call.ptr(&g.u);
         })?;
-        let log_z: Vec<f64> = call.back_at(out, 2 * bn)?.chunks(2).map(|w| w[0]).collect();
+        let log_z: Vec<f64> = bufs.small.read_out(call)?.chunks(2).map(|w| w[0]).collect();
         semicrf_core::check_feasible(&log_z)?;
         let mut a = call.args();
         keep.push(o.fill(call, &mut a, &log_z, &g.alpha, Some(&g.u))?);
