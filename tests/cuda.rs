@@ -528,3 +528,346 @@ fn allocations_within_the_bound<F: semicrf_core::Scalar>(
         );
     }
 }
+
+/// Potentials in device memory (cudarc buffers and raw addresses with a stream of their
+/// own) give what the same potentials from the host give, bit for bit: log Z, entropy and
+/// Viterbi, every gradient and marginal, and the magnitude bounds computed on the device
+/// equal the host's; both element types, both transition forms, boundaries, ragged lengths
+/// and `-inf` entries.
+#[test]
+fn potentials_in_device_memory_match_host_potentials() {
+    use semicrf_cuda::cudarc::driver::{CudaContext, DevicePtr};
+    use semicrf_cuda::{DeviceArray, DevicePotentials, Dtype};
+    let Some(cuda) = gpu() else { return };
+    let ctx = CudaContext::new(0).unwrap();
+    let side = ctx.new_stream().unwrap();
+    for (seed, (b, t, k, c, dd)) in [
+        (3, 40, 6, 5, false),
+        (2, 300, 30, 8, false),
+        (4, 120, 7, 24, true),
+        (1, 70, 3, 70, false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut spec = GenSpec::new(b, t, k, c).everything();
+        if dd {
+            spec.transition = TransitionKind::DurationDependent;
+        }
+        let owned = random_problem(500 + seed as u64, &spec);
+        let g = upstream(9, b);
+        let flat = |a: &Option<ndarray::ArrayD<f64>>| {
+            a.as_ref().map(|a| a.iter().copied().collect::<Vec<f64>>())
+        };
+        let host_view = owned.view().unwrap();
+        for f32 in [false, true] {
+            let name = format!("B{b} T{t} K{k} C{c} dd={dd} f32={f32}");
+            // The host's answers, for the same values (f32 input: the same f32 values, the
+            // parameters too).
+            let cast = owned.cast::<f32>();
+            let widened = cast.cast::<f64>();
+            let from = if f32 { &widened } else { &owned };
+            let (tr, du, st, en) = (
+                from.transition.clone(),
+                from.duration.clone(),
+                from.start.clone(),
+                from.end.clone(),
+            );
+            let expect_mag = if f32 {
+                cast.view().unwrap().magnitudes().to_vec()
+            } else {
+                host_view.magnitudes().to_vec()
+            };
+            let (hb, hz, hh, hv) = if f32 {
+                let p = Problem::Structured(cast.view().unwrap());
+                (
+                    Engine::<f32>::backward(&cuda, &p, &g).unwrap(),
+                    Engine::<f32>::forward::<LogSemiring>(&cuda, &p).unwrap(),
+                    Engine::<f32>::forward::<EntropySemiring>(&cuda, &p).unwrap(),
+                    Engine::<f32>::viterbi(&cuda, &p).unwrap(),
+                )
+            } else {
+                let p = Problem::Structured(host_view.clone());
+                (
+                    Engine::<f64>::backward(&cuda, &p, &g).unwrap(),
+                    Engine::<f64>::forward::<LogSemiring>(&cuda, &p).unwrap(),
+                    Engine::<f64>::forward::<EntropySemiring>(&cuda, &p).unwrap(),
+                    Engine::<f64>::viterbi(&cuda, &p).unwrap(),
+                )
+            };
+            // The position tensors on the device: scores on the side stream (raw address),
+            // boundaries as cudarc buffers of the default stream.
+            let up = |v: Vec<f64>, s: &std::sync::Arc<semicrf_cuda::cudarc::driver::CudaStream>| {
+                if f32 {
+                    let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+                    (None, Some(s.clone_htod(&v).unwrap()))
+                } else {
+                    (Some(s.clone_htod(&v).unwrap()), None)
+                }
+            };
+            let scores: Vec<f64> = owned.scores.iter().copied().collect();
+            let sc = up(scores, &side);
+            let bb = flat(&owned.begin_boundary).map(|v| up(v, &ctx.default_stream()));
+            let eb = flat(&owned.end_boundary).map(|v| up(v, &ctx.default_stream()));
+            let (sc_ptr, n) = match &sc {
+                (Some(d), _) => (d.device_ptr(&side).0, d.len()),
+                (_, Some(s)) => (s.device_ptr(&side).0, s.len()),
+                _ => unreachable!(),
+            };
+            let dtype = if f32 { Dtype::F32 } else { Dtype::F64 };
+            // SAFETY: `sc` outlives every call below and is written by nothing else.
+            let raw = unsafe { DeviceArray::from_raw(sc_ptr, n, dtype, side.cu_stream()) };
+            for scores in [dev_array(&sc), raw] {
+                let mut pb = DevicePotentials::builder(scores, (b, t, c), &owned.lengths, k);
+                if let Some(x) = &tr {
+                    pb = pb.transition(x.view());
+                }
+                if let Some(x) = &du {
+                    pb = pb.duration(x.view());
+                }
+                if let Some(x) = &st {
+                    pb = pb.start(x.view());
+                }
+                if let Some(x) = &en {
+                    pb = pb.end(x.view());
+                }
+                if let Some(x) = &bb {
+                    pb = pb.begin_boundary(dev_array(x));
+                }
+                if let Some(x) = &eb {
+                    pb = pb.end_boundary(dev_array(x));
+                }
+                let p = pb.build(&cuda).unwrap();
+                assert_eq!(p.magnitudes(), &expect_mag[..], "{name}: magnitudes");
+                let db = cuda.backward_on_device(&p, &g).unwrap().to_host().unwrap();
+                assert_same_bits(&db, &hb, &format!("{name}: backward"));
+                let z = cuda.forward_on_device::<LogSemiring>(&p).unwrap();
+                assert_eq!(format!("{z:?}"), format!("{hz:?}"), "{name}: log Z");
+                let h = cuda.forward_on_device::<EntropySemiring>(&p).unwrap();
+                assert_eq!(format!("{h:?}"), format!("{hh:?}"), "{name}: entropy");
+                assert_eq!(cuda.viterbi_on_device(&p).unwrap(), hv, "{name}: Viterbi");
+            }
+        }
+    }
+}
+
+/// Bad potentials in device memory are refused as the host's are: the first NaN or `+inf`
+/// by tensor and index, a wrong length, mixed element types, an address that is not device
+/// memory or whose allocation is too short, bad lengths; and an engine of another algorithm.
+#[test]
+fn bad_potentials_in_device_memory_are_refused() {
+    use semicrf_core::{Algorithm, Error, Potentials};
+    use semicrf_cuda::cudarc::driver::{CudaContext, DevicePtr};
+    use semicrf_cuda::{DeviceArray, DevicePotentials, Dtype};
+    let Some(cuda) = gpu() else { return };
+    let stream = CudaContext::new(0).unwrap().default_stream();
+    let (b, t, c, k) = (3, 20, 4, 5);
+    let lengths = [20, 7, 13];
+    let mut v = vec![0.25f64; b * t * c];
+    v[5] = f64::NEG_INFINITY;
+    // A NaN beyond sequence 1's length (checked too, as on the host) and a +inf later.
+    v[(t + 9) * c + 2] = f64::NAN;
+    v[(2 * t + 3) * c + 1] = f64::INFINITY;
+    let host = ndarray::Array3::from_shape_vec((b, t, c), v.clone()).unwrap();
+    let want = Potentials::builder(host.view(), &lengths, k)
+        .build()
+        .unwrap_err();
+    let d = stream.clone_htod(&v).unwrap();
+    let got = DevicePotentials::builder(DeviceArray::f64(&d), (b, t, c), &lengths, k)
+        .build(&cuda)
+        .unwrap_err();
+    assert_eq!(format!("{got}"), format!("{want}"));
+    assert!(
+        matches!(got, Error::NonFinite { ref index, .. } if index == &[1, 9, 2]),
+        "{got}"
+    );
+
+    let ok = stream.clone_htod(&vec![0.5f64; b * t * c]).unwrap();
+    let ok32 = stream.clone_htod(&vec![0.5f32; b * t * c]).unwrap();
+    let short = stream.clone_htod(&vec![0.5f64; b * t * c - 1]).unwrap();
+    let build = |s, bb, lens| build_on_device(&cuda, s, bb, lens, (b, t, c), k, None);
+
+    assert!(matches!(
+        build(DeviceArray::f64(&short), None, &lengths),
+        Err(Error::Shape {
+            tensor: "scores",
+            ..
+        })
+    ));
+    assert!(matches!(
+        build(
+            DeviceArray::f64(&ok),
+            Some(DeviceArray::f32(&ok32)),
+            &lengths
+        ),
+        Err(Error::Unsupported { .. })
+    ));
+    assert!(matches!(
+        build(DeviceArray::f64(&ok), None, &[20, 0, 3][..]),
+        Err(Error::Length { sequence: 1, .. })
+    ));
+    assert!(matches!(
+        build(DeviceArray::f64(&ok), None, &[20, 3][..]),
+        Err(Error::LengthsCount {
+            expected: 3,
+            got: 2
+        })
+    ));
+    // Host memory, and device memory too short for the length claimed.
+    let host_mem = vec![0.5f64; b * t * c];
+    // SAFETY: never read: the check refuses the address first.
+    let not_dev = unsafe {
+        DeviceArray::from_raw(
+            host_mem.as_ptr() as u64,
+            b * t * c,
+            Dtype::F64,
+            std::ptr::null_mut(),
+        )
+    };
+    let e = build(not_dev, None, &lengths).unwrap_err();
+    assert!(
+        matches!(e, Error::Unsupported { ref what, .. } if what.contains("not device memory")),
+        "{e}"
+    );
+    let p = short.device_ptr(&stream).0;
+    // SAFETY: never read: the check refuses the length first.
+    let long = unsafe { DeviceArray::from_raw(p, b * t * c, Dtype::F64, std::ptr::null_mut()) };
+    let e = build(long, None, &lengths).unwrap_err();
+    assert!(
+        matches!(e, Error::Unsupported { ref what, .. } if what.contains("do not fit")),
+        "{e}"
+    );
+    // Magnitudes beyond the limit, as on the host.
+    let huge = stream.clone_htod(&vec![1e299f64; b * t * c]).unwrap();
+    let e = build(DeviceArray::f64(&huge), None, &lengths).unwrap_err();
+    assert!(matches!(e, Error::Magnitude { sequence: 0, .. }), "{e}");
+    // Only the streaming engine takes them.
+    let p = build(DeviceArray::f64(&ok), None, &lengths).unwrap();
+    let exact = semicrf_cuda::CudaEngine::new(Algorithm::Exact, 0);
+    assert!(matches!(
+        exact.forward_on_device::<LogSemiring>(&p),
+        Err(Error::Unsupported { .. })
+    ));
+    assert!(matches!(
+        cuda.backward_on_device(&p, &[1.0]),
+        Err(Error::Upstream { .. })
+    ));
+}
+
+/// Two backward results, every value bit for bit (shapes included).
+fn assert_same_bits(got: &semicrf_core::Backward, want: &semicrf_core::Backward, what: &str) {
+    let bits = |v: &mut dyn Iterator<Item = &f64>| v.map(|x| x.to_bits()).collect::<Vec<u64>>();
+    assert_eq!(
+        bits(&mut got.log_z.iter()),
+        bits(&mut want.log_z.iter()),
+        "{what}: log Z"
+    );
+    assert_eq!(
+        got.boundary_marginals.shape(),
+        want.boundary_marginals.shape()
+    );
+    assert!(
+        bits(&mut got.boundary_marginals.iter()) == bits(&mut want.boundary_marginals.iter()),
+        "{what}: boundary marginals"
+    );
+    for ((field, a), (_, b)) in got.grad.fields().into_iter().zip(want.grad.fields()) {
+        match (a, b) {
+            (None, None) => {}
+            (Some(a), Some(b)) => {
+                assert_eq!(a.shape(), b.shape(), "{what}: shape of grad.{field}");
+                assert!(
+                    bits(&mut a.iter()) == bits(&mut b.iter()),
+                    "{what}: grad.{field}"
+                );
+            }
+            _ => panic!("{what}: grad.{field} present in one only"),
+        }
+    }
+}
+
+/// A device copy of a position tensor, in `f64` or in `f32`.
+type OnDevice = (
+    Option<semicrf_cuda::cudarc::driver::CudaSlice<f64>>,
+    Option<semicrf_cuda::cudarc::driver::CudaSlice<f32>>,
+);
+
+fn dev_array(x: &OnDevice) -> semicrf_cuda::DeviceArray<'_> {
+    match x {
+        (Some(d), _) => semicrf_cuda::DeviceArray::f64(d),
+        (_, Some(s)) => semicrf_cuda::DeviceArray::f32(s),
+        _ => unreachable!("one of the two"),
+    }
+}
+
+/// Scores and a begin boundary on the device, with the shared parameters of `params` (where
+/// given), checked.
+fn build_on_device<'a>(
+    cuda: &CudaEngine,
+    scores: semicrf_cuda::DeviceArray<'a>,
+    bb: Option<semicrf_cuda::DeviceArray<'a>>,
+    lengths: &'a [usize],
+    dims: (usize, usize, usize),
+    k: usize,
+    params: Option<&'a semicrf_core::OwnedPotentials<f64>>,
+) -> semicrf_core::Result<semicrf_cuda::DevicePotentials<'a>> {
+    let mut pb = semicrf_cuda::DevicePotentials::builder(scores, dims, lengths, k);
+    if let Some(x) = bb {
+        pb = pb.begin_boundary(x);
+    }
+    if let Some(p) = params {
+        if let Some(x) = &p.transition {
+            pb = pb.transition(x.view());
+        }
+        if let Some(x) = &p.duration {
+            pb = pb.duration(x.view());
+        }
+        if let Some(x) = &p.start {
+            pb = pb.start(x.view());
+        }
+        if let Some(x) = &p.end {
+            pb = pb.end(x.view());
+        }
+    }
+    pb.build(cuda)
+}
+
+/// Copies larger than the page-locked buffer (more chunks than it has slots, and a last
+/// chunk not full) in both directions: a backward from host arrays (copied through it)
+/// equals, bit for bit, the same backward on the same values already on the device, read
+/// back with a plain copy; f32 and f64.
+#[test]
+fn large_copies_through_page_locked_memory_are_exact() {
+    use semicrf_cuda::cudarc::driver::CudaContext;
+    let Some(cuda) = gpu() else { return };
+    let stream = CudaContext::new(0).unwrap().default_stream();
+    // 3 · 230001 · 7 positions: 38.6 MB of f64 gradient, 19.3 MB of f32 scores.
+    let (b, t, k, c) = (3, 230_001, 4, 7);
+    let mut spec = GenSpec::new(b, t, k, c);
+    spec.ragged = true;
+    let owned = random_problem(41, &spec);
+    let g = upstream(5, b);
+    let cast = owned.cast::<f32>();
+    let widened = cast.cast::<f64>();
+    let lengths = owned.lengths.clone();
+    let flat: Vec<f64> = owned.scores.iter().copied().collect();
+    for f32 in [false, true] {
+        let host = if f32 {
+            let p = Problem::Structured(cast.view().unwrap());
+            Engine::<f32>::backward(&cuda, &p, &g).unwrap()
+        } else {
+            let p = Problem::Structured(owned.view().unwrap());
+            Engine::<f64>::backward(&cuda, &p, &g).unwrap()
+        };
+        let on: OnDevice = if f32 {
+            let v: Vec<f32> = flat.iter().map(|&x| x as f32).collect();
+            (None, Some(stream.clone_htod(&v).unwrap()))
+        } else {
+            (Some(stream.clone_htod(&flat).unwrap()), None)
+        };
+        let params = if f32 { &widened } else { &owned };
+        let (dims, sc) = ((b, t, c), dev_array(&on));
+        let p = build_on_device(&cuda, sc, None, &lengths, dims, k, Some(params)).unwrap();
+        let dev = cuda.backward_on_device(&p, &g).unwrap().to_host().unwrap();
+        assert_same_bits(&dev, &host, &format!("f32={f32}: staged and plain copies"));
+    }
+}

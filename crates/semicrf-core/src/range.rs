@@ -120,8 +120,31 @@ fn max_abs<F: Scalar, D: Dimension>(v: &ArrayView<'_, F, D>) -> f64 {
     }
 }
 
-/// Per-sequence bounds of structured potentials.
-pub(crate) fn structured<F: Scalar>(p: &Potentials<'_, F>) -> Vec<Magnitude> {
+/// The part of every sequence's bound (see the [module](self)) that the shared parameters
+/// give: `M_b = once + L_b · per_segment + Σ_t (the position tensors' largest entries)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharedBound {
+    /// `max |start| + max |end|`.
+    pub once: f64,
+    /// `max |transition| + max |duration|`.
+    pub per_segment: f64,
+    /// The largest of the parameters' finite entries (`None` when all are 0 or `-inf`).
+    pub largest: Option<Largest>,
+}
+
+impl SharedBound {
+    /// The magnitude of [`SharedBound::largest`] (0 without one).
+    pub fn largest_abs(&self) -> f64 {
+        self.largest.as_ref().map_or(0.0, |l| l.value.abs())
+    }
+}
+
+/// The shared parameters' part of the bounds of `p` (transition, duration, start, end):
+/// with the largest entry of every position of the position tensors (scores and boundaries),
+/// added in the order of [`Potentials::magnitudes`] (scores, then the begin boundary, then the
+/// end boundary, each in position order), it gives each sequence's bound, as an engine
+/// holding those tensors elsewhere (a GPU) computes it.
+pub fn shared_bound<F: Scalar>(p: &Potentials<'_, F>) -> SharedBound {
     // Shared tensors: once.
     let mut per_segment = Max::default();
     let mut per_segment_sum = 0.0;
@@ -153,7 +176,27 @@ pub(crate) fn structured<F: Scalar>(p: &Potentials<'_, F>) -> Vec<Magnitude> {
         }
     }
     once.merge(&per_segment);
+    SharedBound {
+        once: once_sum,
+        per_segment: per_segment_sum,
+        largest: once.at,
+    }
+}
 
+impl SharedBound {
+    /// A sequence of length `len`'s bound before its position tensors.
+    pub fn start(&self, len: usize) -> f64 {
+        self.once + len as f64 * self.per_segment
+    }
+}
+
+/// Per-sequence bounds of structured potentials.
+pub(crate) fn structured<F: Scalar>(p: &Potentials<'_, F>) -> Vec<Magnitude> {
+    let shared = shared_bound(p);
+    let once = Max {
+        abs: shared.largest_abs(),
+        at: shared.largest.clone(),
+    };
     let tensors = [
         ("scores", Some(p.scores())),
         ("begin_boundary", p.begin_boundary()),
@@ -165,7 +208,7 @@ pub(crate) fn structured<F: Scalar>(p: &Potentials<'_, F>) -> Vec<Magnitude> {
         .map(|(b, &len)| {
             let mut m = Max::default();
             m.merge(&once);
-            let mut bound = once_sum + len as f64 * per_segment_sum;
+            let mut bound = shared.start(len);
             for (name, v) in tensors {
                 let Some(v) = v else { continue };
                 let seq = v.index_axis(Axis(0), b);
@@ -250,8 +293,9 @@ fn check(
     Ok(())
 }
 
-/// Refuses potentials beyond [`SCORE_LIMIT`] (called when they are built).
-pub(crate) fn check_finite_results(magnitudes: &[Magnitude], lengths: &[usize]) -> Result<()> {
+/// Fails with [`Error::Magnitude`] naming the first sequence whose bound exceeds
+/// [`SCORE_LIMIT`] (called when potentials are built).
+pub fn check_finite_results(magnitudes: &[Magnitude], lengths: &[usize]) -> Result<()> {
     check(
         magnitudes,
         lengths,
@@ -280,9 +324,14 @@ pub fn check_semiring<S: crate::Semiring, F: Scalar>(problem: &Problem<'_, F>) -
 /// [`probability_limit`]: its gradients, marginals and entropy would not keep their accuracy
 /// (see the [module](self)). Every engine calls this before a backward pass or an entropy.
 pub fn check_probabilities<F: Scalar>(problem: &Problem<'_, F>) -> Result<()> {
+    check_probabilities_of(problem.magnitudes(), problem.lengths())
+}
+
+/// [`check_probabilities`] for bounds computed elsewhere (for potentials held on a GPU).
+pub fn check_probabilities_of(magnitudes: &[Magnitude], lengths: &[usize]) -> Result<()> {
     check(
-        problem.magnitudes(),
-        problem.lengths(),
+        magnitudes,
+        lengths,
         probability_limit,
         "gradients, marginals and entropies keep their accuracy",
     )

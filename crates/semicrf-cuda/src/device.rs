@@ -14,15 +14,16 @@ use cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
 use semicrf_core::{Error, Result};
 
 /// The kernel sources, compiled together by NVRTC.
-const SOURCES: [&str; 4] = [
+const SOURCES: [&str; 5] = [
     include_str!("../kernels/semiring.cuh"),
     include_str!("../kernels/streaming.cu"),
     include_str!("../kernels/edge.cu"),
     include_str!("../kernels/meet.cu"),
+    include_str!("../kernels/io.cu"),
 ];
 
 /// The kernels the module exports.
-pub(crate) const KERNELS: [&str; 21] = [
+pub(crate) const KERNELS: [&str; 23] = [
     "fwd_static_log",
     "fwd_static_max",
     "fwd_static_ent",
@@ -44,6 +45,8 @@ pub(crate) const KERNELS: [&str; 21] = [
     "meet_z_log",
     "meet_bwd_log",
     "meet_bwd_log_r",
+    "check_input",
+    "meet_sum",
 ];
 
 /// The kernels of `kernels/meet.cu` that are also compiled for each label width of
@@ -83,6 +86,11 @@ pub(crate) struct Gpu {
     allocated: AtomicU64,
     /// The least free device memory seen at a call's high-water mark ([`Gpu::mark`]).
     low_water: AtomicU64,
+    /// Page-locked host memory for large copies (`stage.rs`).
+    pub(crate) stage: crate::stage::Stage,
+    /// The device's default memory pool (where cudarc's stream-ordered allocations come
+    /// from), as an integer; 0 where there is none.
+    pool: usize,
 }
 
 /// The device memory a piece of work took ([`crate::CudaEngine::measure_memory`]).
@@ -107,6 +115,18 @@ impl Gpu {
         let n = n.max(1);
         self.count::<T>(n);
         self.stream.alloc_zeros::<T>(n)
+    }
+
+    /// `n` elements on the device, not initialised: for arrays that are written whole before
+    /// they are read.
+    pub(crate) fn uninit<T: DeviceRepr>(
+        &self,
+        n: usize,
+    ) -> std::result::Result<CudaSlice<T>, DriverError> {
+        let n = n.max(1);
+        self.count::<T>(n);
+        // SAFETY: the callers write every element before any is read.
+        unsafe { self.stream.alloc::<T>(n) }
     }
 
     /// A copy of `v` on the device.
@@ -142,6 +162,7 @@ impl Gpu {
         work: impl FnOnce() -> R,
     ) -> std::result::Result<(R, MemoryUse), DriverError> {
         self.stream.synchronize()?;
+        self.trim()?;
         let (before, _) = self.ctx.mem_get_info()?;
         self.allocated.store(0, Ordering::Relaxed);
         self.low_water.store(before as u64, Ordering::Relaxed);
@@ -156,6 +177,16 @@ impl Gpu {
                 driver: (before as u64).saturating_sub(low),
             },
         ))
+    }
+
+    /// Returns the memory the pool keeps to the driver.
+    pub(crate) fn trim(&self) -> std::result::Result<(), DriverError> {
+        if self.pool == 0 {
+            return Ok(());
+        }
+        self.stream.synchronize()?;
+        // SAFETY: `pool` is the device's default pool, which lives as long as the device.
+        unsafe { cudarc::driver::sys::cuMemPoolTrimTo(self.pool as _, 0) }.result()
     }
 
     pub(crate) fn function(&self, name: &str) -> &CudaFunction {
@@ -287,6 +318,33 @@ fn nvrtc(
     compile_ptx_with_opts(src, opts).map_err(|e| format!("{e:?}"))
 }
 
+/// Makes the device's default memory pool keep the memory that calls free (by default it
+/// returns it to the driver at every synchronisation, and the next call's allocations map it
+/// again: on an H100 at S6, about a third of a forward+backward); the pool's handle.
+/// `SEMICRF_CUDA_POOL=release` keeps the driver's default.
+fn keep_freed_memory(ctx: &Arc<CudaContext>) -> std::result::Result<usize, String> {
+    use cudarc::driver::sys;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: writes the handle of the device's default pool into `pool`.
+    unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }
+        .result()
+        .map_err(|e| format!("default memory pool: {e:?}"))?;
+    if std::env::var("SEMICRF_CUDA_POOL").as_deref() != Ok("release") {
+        let mut keep = u64::MAX;
+        // SAFETY: the release threshold is a u64, read from `keep`.
+        unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut keep as *mut u64).cast(),
+            )
+        }
+        .result()
+        .map_err(|e| format!("memory pool threshold: {e:?}"))?;
+    }
+    Ok(pool as usize)
+}
+
 fn open(ordinal: usize) -> Opened {
     // cudarc panics when it cannot load a library: look for them first.
     // SAFETY: these only try to load the shared libraries by name.
@@ -318,6 +376,11 @@ fn open(ordinal: usize) -> Opened {
         .max(48 * 1024);
     let (module, functions) = load(&ctx, ptx, KERNELS, smem_limit)?;
     let stream = ctx.default_stream();
+    let pool = if ctx.has_async_alloc() {
+        keep_freed_memory(&ctx)?
+    } else {
+        0
+    };
     Ok(Arc::new(Gpu {
         ctx,
         stream,
@@ -330,6 +393,8 @@ fn open(ordinal: usize) -> Opened {
         measuring: AtomicBool::new(false),
         allocated: AtomicU64::new(0),
         low_water: AtomicU64::new(u64::MAX),
+        stage: Default::default(),
+        pool,
     }))
 }
 

@@ -112,6 +112,8 @@
 mod device;
 mod edge;
 mod meet;
+mod resident;
+mod stage;
 mod streaming;
 
 use semicrf_core::{
@@ -119,7 +121,9 @@ use semicrf_core::{
     Query, Result, Scalar, Semiring,
 };
 
+pub use cudarc;
 pub use device::MemoryUse;
+pub use resident::{DeviceArray, DeviceBackward, DevicePotentials, DevicePotentialsBuilder, Dtype};
 use streaming::{Ring, What};
 
 /// One algorithm on one CUDA device.
@@ -215,6 +219,16 @@ impl CudaEngine {
         Ok((r, std::time::Duration::from_secs_f64(f64::from(ms) / 1e3)))
     }
 
+    /// Returns to the driver the device memory that earlier calls freed. Calls keep it in
+    /// the device's memory pool for the next ones (mapping it again would cost more than
+    /// many a call's work); other users of the device, such as a framework's own
+    /// allocator, see it as used until this runs. [`EngineInfo::check`] does it itself
+    /// when free memory falls short.
+    pub fn release_memory(&self) -> Result<()> {
+        let gpu = self.gpu()?;
+        gpu.trim().map_err(|e| device::driver(&self.backend(), e))
+    }
+
     /// Free and total memory of the device, in bytes (`cuMemGetInfo`).
     pub fn memory_info(&self) -> Result<(u64, u64)> {
         let gpu = self.gpu()?;
@@ -241,6 +255,86 @@ impl CudaEngine {
     /// driver, NVRTC and the device are there and the kernels compiled.
     pub fn available(&self) -> Result<()> {
         self.gpu().map(|_| ())
+    }
+
+    /// The forward pass of semiring `S` on potentials in device memory (see
+    /// [`DevicePotentials`]): as [`Engine::forward`], without copying the scores and
+    /// boundaries. The streaming algorithm only.
+    pub fn forward_on_device<S: Semiring>(
+        &self,
+        p: &DevicePotentials<'_>,
+    ) -> Result<Vec<S::Value>> {
+        let gpu = self.resident(p)?;
+        if S::NAME == <semicrf_core::EntropySemiring as Semiring>::NAME {
+            semicrf_core::range::check_probabilities_of(p.magnitudes(), p.lengths())?;
+        }
+        let ring = self.ring::<S>()?;
+        let backend = self.backend();
+        p.wait_for_producers(&gpu, &backend)?;
+        let out = streaming::forward(&gpu, &backend, &p.model, p.source(), ring, self.linear)?;
+        Ok(out.iter().map(|w| S::from_words(&w[..S::WIDTH])).collect())
+    }
+
+    /// Forward and backward on potentials in device memory: as [`Engine::backward`], with
+    /// the gradients of the scores and boundaries and the boundary marginals left on the
+    /// device ([`DeviceBackward`]; [`DeviceBackward::to_host`] reads them). The streaming
+    /// algorithm only.
+    pub fn backward_on_device(
+        &self,
+        p: &DevicePotentials<'_>,
+        upstream: &[f64],
+    ) -> Result<DeviceBackward> {
+        let gpu = self.resident(p)?;
+        semicrf_core::check_upstream(upstream, p.shape().batch)?;
+        semicrf_core::range::check_probabilities_of(p.magnitudes(), p.lengths())?;
+        let backend = self.backend();
+        p.wait_for_producers(&gpu, &backend)?;
+        let shape = p.shape();
+        let src = p.source();
+        let then = |call: &streaming::Call<'_>, out, _| {
+            call.gpu.stream.synchronize().map_err(|e| call.err(e))?;
+            Ok(DeviceBackward::new(out, shape))
+        };
+        streaming::backward(
+            &gpu,
+            &backend,
+            &p.model,
+            src,
+            upstream,
+            self.linear,
+            false,
+            then,
+        )
+    }
+
+    /// Viterbi decodings of potentials in device memory, as [`Engine::viterbi`]. The
+    /// streaming algorithm only.
+    pub fn viterbi_on_device(&self, p: &DevicePotentials<'_>) -> Result<Vec<Decoded>> {
+        let gpu = self.resident(p)?;
+        let backend = self.backend();
+        p.wait_for_producers(&gpu, &backend)?;
+        streaming::viterbi(&gpu, &backend, &p.model, p.source())
+    }
+
+    /// The device of a call on `p`, which must have been checked on this engine's device.
+    fn resident(&self, p: &DevicePotentials<'_>) -> Result<std::sync::Arc<device::Gpu>> {
+        let gpu = self.gpu()?;
+        if self.edge_form() {
+            return Err(Error::Unsupported {
+                backend: self.backend(),
+                what: "potentials in device memory (the streaming algorithm takes them)".into(),
+            });
+        }
+        if p.ordinal != self.ordinal {
+            return Err(Error::Unsupported {
+                backend: self.backend(),
+                what: format!(
+                    "potentials checked on device {} (this engine runs on device {})",
+                    p.ordinal, self.ordinal
+                ),
+            });
+        }
+        Ok(gpu)
     }
 
     fn backend(&self) -> String {
@@ -306,10 +400,13 @@ impl EngineInfo for CudaEngine {
             });
         }
         let need = self.memory_required(query)?;
-        let (free, _) = gpu
-            .ctx
-            .mem_get_info()
-            .map_err(|e| device::driver(&self.backend(), e))?;
+        let err = |e| device::driver(&self.backend(), e);
+        let (mut free, _) = gpu.ctx.mem_get_info().map_err(err)?;
+        if need > free as u64 {
+            // What earlier calls freed may still be held by the memory pool.
+            gpu.trim().map_err(err)?;
+            free = gpu.ctx.mem_get_info().map_err(err)?.0;
+        }
         if need > free as u64 {
             return Err(Error::Unsupported {
                 backend: self.backend(),
@@ -358,7 +455,9 @@ impl<F: Scalar> Engine<F> for CudaEngine {
             edge::forward(&gpu, &self.backend(), problem, ring)?
         } else {
             let p = self.structured(problem)?;
-            streaming::forward(&gpu, &self.backend(), p, ring, self.linear)?
+            let model = streaming::Model::of(p);
+            let src = streaming::Source::Host(p);
+            streaming::forward(&gpu, &self.backend(), &model, src, ring, self.linear)?
         };
         Ok(out.iter().map(|w| S::from_words(&w[..S::WIDTH])).collect())
     }
@@ -370,7 +469,16 @@ impl<F: Scalar> Engine<F> for CudaEngine {
             return edge::backward(&gpu, &self.backend(), problem, upstream);
         }
         let p = self.structured(problem)?;
-        streaming::backward(&gpu, &self.backend(), p, upstream, self.linear)
+        let model = streaming::Model::of(p);
+        let src = streaming::Source::Host(p);
+        let (backend, linear) = (self.backend(), self.linear);
+        let then =
+            |call: &streaming::Call<'_>, out: streaming::Outputs, ready| out.into_host(call, ready);
+        // Large results' host arrays are made ready on other threads while the kernels run
+        // (for small ones, starting the threads would cost more).
+        let sh = p.shape();
+        let ready = sh.batch * sh.len * sh.labels * 8 >= stage::DIRECT_BELOW;
+        streaming::backward(&gpu, &backend, &model, src, upstream, linear, ready, then)
     }
     fn viterbi(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
         let gpu = self.gpu()?;
@@ -378,7 +486,8 @@ impl<F: Scalar> Engine<F> for CudaEngine {
             return edge::viterbi(&gpu, &self.backend(), problem);
         }
         let p = self.structured(problem)?;
-        streaming::viterbi(&gpu, &self.backend(), p)
+        let model = streaming::Model::of(p);
+        streaming::viterbi(&gpu, &self.backend(), &model, streaming::Source::Host(p))
     }
 }
 

@@ -257,7 +257,8 @@ pub(crate) fn bytes(shape: Shape, backward: bool, lay: Layout, eb: bool) -> Byte
             + ByteCount::f64s(&[b, t])
             + ByteCount::f64s(&[b, 2, k, c])
             + ByteCount::f64s(&[b, 2, c, c])
-            + ByteCount::f64s(&[2, b, c]);
+            + ByteCount::f64s(&[2, b, c])
+            + ByteCount::f64s(&[k * c + c * c]);
     }
     n
 }
@@ -286,8 +287,9 @@ pub(crate) struct Bufs {
 }
 
 /// The small outputs of one call in one allocation, read back in one copy: `(log Z, 0)` per
-/// sequence, the flags (`i32`, two a word), and for a backward pass each sweep's duration
-/// and transition marginals and the start and end marginals.
+/// sequence, the flags (`i32`, two a word), and for a backward pass the start and end
+/// marginals, the batch's weighted duration and transition marginals (`meet_sum`), then
+/// (read only when a sequence is rerun) each sweep's duration and transition marginals.
 pub(crate) struct Small {
     buf: CudaSlice<f64>,
     base: u64,
@@ -297,23 +299,23 @@ pub(crate) struct Small {
     c: usize,
 }
 
-/// [`Small`] on the host.
+/// The first part of [`Small`] on the host.
 pub(crate) struct SmallHost {
     pub out: Vec<f64>,
     pub flags: Vec<i32>,
-    /// `(B, 2, K·C)`: each sweep's duration marginals.
-    pub pdur: Vec<f64>,
-    /// `(B, 2, C·C)`.
-    pub ptr: Vec<f64>,
     pub pst: Vec<f64>,
     pub pen: Vec<f64>,
+    /// `(K·C)`: Σ_b g_b · (both sweeps' duration marginals).
+    pub dur: Vec<f64>,
+    /// `(C·C)`: likewise for the transition.
+    pub tr: Vec<f64>,
 }
 
 impl Small {
     /// Words of the small outputs of `b` sequences with `kc` duration and `cc` transition
     /// marginals per sweep and `c` start and end marginals (all 0 for a forward pass).
     pub(crate) fn words(b: usize, kc: usize, cc: usize, c: usize) -> usize {
-        2 * b + b.div_ceil(2) + 2 * b * kc + 2 * b * cc + 2 * b * c
+        2 * b + b.div_ceil(2) + 2 * b * c + kc + cc + 2 * b * kc + 2 * b * cc
     }
 
     fn at(&self, words: usize) -> u64 {
@@ -332,20 +334,24 @@ impl Small {
         self.at(self.flag_words())
     }
 
-    fn pdur_words(&self) -> usize {
-        self.flag_words() + self.b.div_ceil(2)
-    }
-
-    fn ptr_words(&self) -> usize {
-        self.pdur_words() + 2 * self.b * self.kc
-    }
-
     fn pst_words(&self) -> usize {
-        self.ptr_words() + 2 * self.b * self.cc
+        self.flag_words() + self.b.div_ceil(2)
     }
 
     fn pen_words(&self) -> usize {
         self.pst_words() + self.b * self.c
+    }
+
+    fn sum_words(&self) -> usize {
+        self.pen_words() + self.b * self.c
+    }
+
+    fn pdur_words(&self) -> usize {
+        self.sum_words() + self.kc + self.cc
+    }
+
+    fn ptr_words(&self) -> usize {
+        self.pdur_words() + 2 * self.b * self.kc
     }
 
     pub(crate) fn pst(&self) -> u64 {
@@ -369,12 +375,13 @@ impl Small {
         self.at(self.ptr_words())
     }
 
-    /// Everything, in one copy (which waits for the launches before it).
+    /// Everything but the per-sweep marginals, in one copy (which waits for the launches
+    /// before it).
     pub(crate) fn read(&self, call: &Call<'_>) -> Result<SmallHost> {
-        let v = call.back(&self.buf)?;
+        let v = call.back(&self.buf.slice(0..self.pdur_words()))?;
         let part = |a: usize, n: usize| v[a..a + n].to_vec();
         let (b, c) = (self.b, self.c);
-        let flags = v[self.flag_words()..self.pdur_words()]
+        let flags = v[self.flag_words()..self.pst_words()]
             .iter()
             .flat_map(|w| {
                 let u = w.to_bits();
@@ -385,11 +392,47 @@ impl Small {
         Ok(SmallHost {
             out: part(0, 2 * b),
             flags,
-            pdur: part(self.pdur_words(), 2 * b * self.kc),
-            ptr: part(self.ptr_words(), 2 * b * self.cc),
             pst: part(self.pst_words(), b * c),
             pen: part(self.pen_words(), b * c),
+            dur: part(self.sum_words(), self.kc),
+            tr: part(self.sum_words() + self.kc, self.cc),
         })
+    }
+
+    /// Each sweep's duration (`(B, 2, K·C)`) and transition (`(B, 2, C·C)`) marginals.
+    pub(crate) fn read_sweeps(&self, call: &Call<'_>) -> Result<(Vec<f64>, Vec<f64>)> {
+        let (d, t) = (self.pdur_words(), self.ptr_words());
+        let pdur = call.back_all_of(&self.buf.slice(d..t))?;
+        let ptr = call.back_all_of(&self.buf.slice(t..t + 2 * self.b * self.cc))?;
+        Ok((pdur, ptr))
+    }
+
+    /// Launches `meet_sum`: the batch's weighted duration and transition marginals.
+    fn sum(&self, call: &Call<'_>) -> Result<()> {
+        let n = self.kc + self.cc;
+        if n == 0 {
+            return Ok(());
+        }
+        let f = call.gpu.function("meet_sum");
+        let cfg = LaunchConfig {
+            grid_dim: (n.div_ceil(256) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (pdur, ptr, red) = (self.pdur(), self.ptr(), self.at(self.sum_words()));
+        let (b, kc, cc) = (self.b as i64, self.kc as i64, self.cc as i64);
+        let mut l = call.gpu.stream.launch_builder(f);
+        l.arg(&pdur)
+            .arg(&ptr)
+            .arg(&call.up)
+            .arg(&red)
+            .arg(&b)
+            .arg(&kc)
+            .arg(&cc);
+        // SAFETY: the arguments are `meet_sum`'s; the per-sweep marginals hold 2·B·(K·C)
+        // and 2·B·(C·C) words, the upstream gradient B, `red` K·C + C·C; one thread per item.
+        unsafe { l.launch(cfg) }.map_err(|e| call.err(e))?;
+        Ok(())
     }
 }
 
@@ -562,6 +605,7 @@ impl<'g> Call<'g> {
         a.pen = bufs.small.pen();
         self.meet_launch("meet_save_log", 2 * b, la, &a)?;
         self.meet_launch("meet_bwd_log", 2 * b, lb, &a)?;
+        bufs.small.sum(self)?;
         self.gpu.mark();
         Ok((bufs, g))
     }

@@ -253,6 +253,7 @@ pub(crate) enum What {
 pub(crate) struct Call<'g> {
     pub(crate) gpu: &'g Gpu,
     pub(crate) backend: &'g str,
+    pub(crate) model: &'g Model,
     pub(crate) shape: Shape,
     dd: bool,
     team: usize,
@@ -279,47 +280,77 @@ pub(crate) struct Call<'g> {
     pub(crate) meet_plan: Option<usize>,
 }
 
-/// A `(B, T, C)` input on the device: `f32` input as it is (the kernels widen each value
-/// as they read it, exactly), anything else in `f64`.
+/// A call's `(B, T, C)` inputs on the device: `f32` input as it is (the kernels widen each
+/// value as they read it, exactly), anything else in `f64`; or the caller's own device
+/// arrays.
 pub(crate) enum Input {
     F32(CudaSlice<f32>),
     F64(CudaSlice<f64>),
+    Borrowed { f32: bool },
 }
 
 impl Input {
     /// `parts` one after the other, in one copy.
     fn new<F: Scalar>(gpu: &Gpu, backend: &str, parts: &[&ArrayView3<'_, F>]) -> Result<Input> {
-        fn gather<F: Scalar, T>(parts: &[&ArrayView3<'_, F>], to: impl Fn(F) -> T) -> Vec<T> {
-            let mut v = Vec::with_capacity(parts.iter().map(|a| a.len()).sum());
-            for a in parts {
-                match a.as_slice() {
-                    Some(s) => v.extend(s.iter().map(|&x| to(x))),
-                    None => v.extend(a.iter().map(|&x| to(x))),
+        // Each part as one slice in memory order (a copy only for a part that is not one).
+        let flat: Vec<std::borrow::Cow<'_, [F]>> = parts
+            .iter()
+            .map(|a| match a.as_slice() {
+                Some(s) => std::borrow::Cow::Borrowed(s),
+                None => std::borrow::Cow::Owned(a.iter().copied().collect()),
+            })
+            .collect();
+        let n = flat.iter().map(|s| s.len()).sum();
+        // Elements `i..i + out.len()` of the parts, converted.
+        fn fill<F: Scalar, T>(
+            flat: &[std::borrow::Cow<'_, [F]>],
+            i: usize,
+            out: &mut [T],
+            to: impl Fn(F) -> T,
+        ) {
+            let (mut i, mut out) = (i, out);
+            for s in flat {
+                if out.is_empty() {
+                    return;
                 }
+                if i >= s.len() {
+                    i -= s.len();
+                    continue;
+                }
+                let m = out.len().min(s.len() - i);
+                let (now, rest) = out.split_at_mut(m);
+                for (o, &x) in now.iter_mut().zip(&s[i..i + m]) {
+                    *o = to(x);
+                }
+                (i, out) = (0, rest);
             }
-            v
         }
         let r = if F::BYTES == 4 {
-            gpu.upload(&gather(parts, |x| x.as_f64() as f32))
-                .map(Input::F32)
+            gpu.upload_with(n, |i, out: &mut [f32]| {
+                fill(&flat, i, out, |x| x.as_f64() as f32)
+            })
+            .map(Input::F32)
         } else {
-            gpu.upload(&gather(parts, |x| x.as_f64())).map(Input::F64)
+            gpu.upload_with(n, |i, out: &mut [f64]| fill(&flat, i, out, |x| x.as_f64()))
+                .map(Input::F64)
         };
         r.map_err(|e| driver(backend, e))
     }
 
-    pub(crate) fn ptr(&self, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> u64 {
+    fn ptr(&self, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> u64 {
         match self {
             Input::F32(s) => s.device_ptr(stream).0,
             Input::F64(s) => s.device_ptr(stream).0,
+            Input::Borrowed { .. } => 0,
         }
     }
 
     fn elem(&self) -> u64 {
-        match self {
-            Input::F32(_) => 4,
-            Input::F64(_) => 8,
-        }
+        if self.f32() { 4 } else { 8 }
+    }
+
+    fn f32(&self) -> bool {
+        matches!(self, Input::F32(_) | Input::Borrowed { f32: true })
     }
 }
 
@@ -342,17 +373,45 @@ impl Words {
     }
 }
 
-impl<'g> Call<'g> {
-    /// The inputs of `p` on the device, with `upstream` (a backward pass's upstream
-    /// gradient; empty otherwise).
-    fn new<F: Scalar>(
-        gpu: &'g Gpu,
-        backend: &'g str,
+/// What a call needs of a problem besides its position tensors (scores and boundaries):
+/// the shape, the shared parameters in `f64` and the lengths.
+#[derive(Clone, Debug)]
+pub(crate) struct Model {
+    pub(crate) shape: Shape,
+    /// Whether the transition is `(K, C, C)`.
+    pub(crate) dd: bool,
+    /// `(C, C)` or `(K, C, C)`, row-major.
+    tr: Vec<f64>,
+    /// `(K, C)`.
+    dur: Vec<f64>,
+    st: Vec<f64>,
+    pub(crate) en: Vec<f64>,
+    pub(crate) lengths: Vec<usize>,
+    pub(crate) has_bb: bool,
+    pub(crate) has_eb: bool,
+}
+
+impl Model {
+    /// The model of a problem held on the host.
+    pub(crate) fn of<F: Scalar>(p: &Potentials<'_, F>) -> Model {
+        Model::with(
+            p,
+            p.shape(),
+            p.lengths().to_vec(),
+            p.begin_boundary().is_some(),
+            p.end_boundary().is_some(),
+        )
+    }
+
+    /// The shared parameters of `p` with another problem's shape, lengths and boundaries
+    /// (`p`'s own scores are not used).
+    pub(crate) fn with<F: Scalar>(
         p: &Potentials<'_, F>,
-        meet: bool,
-        upstream: &[f64],
-    ) -> Result<Self> {
-        let shape = p.shape();
+        shape: Shape,
+        lengths: Vec<usize>,
+        has_bb: bool,
+        has_eb: bool,
+    ) -> Model {
         let (k, c) = (shape.max_duration, shape.labels);
         let dd = p.has_duration_dependent_transition();
         let tr: Vec<f64> = if dd {
@@ -370,51 +429,104 @@ impl<'g> Call<'g> {
                 .map(|x| p.transition_at(1, x / c, x % c))
                 .collect()
         };
-        let dur: Vec<f64> = (0..k * c)
-            .map(|x| p.duration_at(x / c + 1, x % c))
-            .collect();
-        let st: Vec<f64> = (0..c).map(|j| p.start_at(j)).collect();
-        let en: Vec<f64> = (0..c).map(|j| p.end_at(j)).collect();
+        Model {
+            shape,
+            dd,
+            tr,
+            dur: (0..k * c)
+                .map(|x| p.duration_at(x / c + 1, x % c))
+                .collect(),
+            st: (0..c).map(|j| p.start_at(j)).collect(),
+            en: (0..c).map(|j| p.end_at(j)).collect(),
+            lengths,
+            has_bb,
+            has_eb,
+        }
+    }
+}
+
+/// Where a call's scores and boundaries come from.
+pub(crate) enum Source<'x, 'a, F> {
+    /// Host arrays, copied to the device.
+    Host(&'x Potentials<'a, F>),
+    /// Device addresses of `(B, T, C)` arrays, `f32` or `f64`, used where they are.
+    Device {
+        sc: u64,
+        bb: Option<u64>,
+        eb: Option<u64>,
+        f32: bool,
+    },
+}
+
+impl<'g> Call<'g> {
+    /// A call on `model` with its position tensors from `src` and `upstream` (a backward
+    /// pass's upstream gradient; empty otherwise) on the device.
+    fn new<F: Scalar>(
+        gpu: &'g Gpu,
+        backend: &'g str,
+        model: &'g Model,
+        src: Source<'_, '_, F>,
+        meet: bool,
+        upstream: &[f64],
+    ) -> Result<Self> {
+        let shape = model.shape;
+        let (k, c) = (shape.max_duration, shape.labels);
+        let dd = model.dd;
         let (team, threads) = plan(k, c);
         // The kernels of `kernels/meet.cu` where their shared memory fits this device.
         let fits = |marg| meet::layout(k, c, gpu.smem_limit, marg).bytes <= gpu.smem_limit;
         let meet_plan = meet::plan(k, c).filter(|_| meet && !dd && fits(false) && fits(true));
-        let par = meet_plan.and_then(|_| meet::params(&tr, &dur, &st, &en, k, c));
+        let par =
+            meet_plan.and_then(|_| meet::params(&model.tr, &model.dur, &model.st, &model.en, k, c));
         let mut w = Words::default();
-        let o_tr = w.f64s(tr);
-        let o_dur = w.f64s(dur);
-        let o_st = w.f64s(st);
-        let o_en = w.f64s(en);
-        let o_len = w.i64s(p.lengths().iter().map(|&l| l as i64));
+        let o_tr = w.f64s(model.tr.iter().copied());
+        let o_dur = w.f64s(model.dur.iter().copied());
+        let o_st = w.f64s(model.st.iter().copied());
+        let o_en = w.f64s(model.en.iter().copied());
+        let o_len = w.i64s(model.lengths.iter().map(|&l| l as i64));
         let o_up = w.f64s(upstream.iter().copied());
         let o_par = par.map(|v| w.f64s(v));
         let words = gpu.upload(&w.0).map_err(|e| driver(backend, e))?;
         let base = words.device_ptr(&gpu.stream).0;
         let at = |o: usize| base + 8 * o as u64;
-        let (has_bb, has_eb) = (p.begin_boundary().is_some(), p.end_boundary().is_some());
-        let parts: Vec<&ArrayView3<'_, F>> = std::iter::once(p.scores())
-            .chain(p.begin_boundary())
-            .chain(p.end_boundary())
-            .collect();
-        let inputs = Input::new(gpu, backend, &parts)?;
-        let (ib, n) = (inputs.ptr(&gpu.stream), p.scores().len() as u64);
-        let e = inputs.elem();
+        let (inputs, sc, bb, eb) = match src {
+            Source::Host(p) => {
+                let parts: Vec<&ArrayView3<'_, F>> = std::iter::once(p.scores())
+                    .chain(p.begin_boundary())
+                    .chain(p.end_boundary())
+                    .collect();
+                let inputs = Input::new(gpu, backend, &parts)?;
+                let (ib, n) = (inputs.ptr(&gpu.stream), p.scores().len() as u64);
+                let e = inputs.elem();
+                let (has_bb, has_eb) = (model.has_bb, model.has_eb);
+                let bb = if has_bb { ib + e * n } else { 0 };
+                let eb = match (has_bb, has_eb) {
+                    (_, false) => 0,
+                    (false, true) => ib + e * n,
+                    (true, true) => ib + 2 * e * n,
+                };
+                (inputs, ib, bb, eb)
+            }
+            Source::Device { sc, bb, eb, f32 } => (
+                Input::Borrowed { f32 },
+                sc,
+                bb.unwrap_or(0),
+                eb.unwrap_or(0),
+            ),
+        };
         Ok(Call {
             meet_plan: o_par.and(meet_plan),
             par: o_par.map(at),
             gpu,
             backend,
+            model,
             shape,
             dd,
             team,
             threads,
-            sc: ib,
-            bb: if has_bb { ib + e * n } else { 0 },
-            eb: match (has_bb, has_eb) {
-                (_, false) => 0,
-                (false, true) => ib + e * n,
-                (true, true) => ib + 2 * e * n,
-            },
+            sc,
+            bb,
+            eb,
             inputs,
             _words: words,
             tr: at(o_tr),
@@ -428,6 +540,14 @@ impl<'g> Call<'g> {
 
     pub(crate) fn err(&self, e: cudarc::driver::DriverError) -> Error {
         driver(self.backend, e)
+    }
+
+    /// A result array that could not be shaped (a bug) as this crate's error.
+    fn shape_err(&self, e: ndarray::ShapeError) -> Error {
+        Error::Device {
+            backend: self.backend.into(),
+            message: e.to_string(),
+        }
     }
 
     pub(crate) fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
@@ -447,9 +567,27 @@ impl<'g> Call<'g> {
         self.gpu.stream.clone_dtoh(s).map_err(|e| self.err(e))
     }
 
+    /// A whole device array on the host, the large ones through page-locked memory.
+    pub(crate) fn back_all<T: bytemuck::Pod + DeviceRepr + Send + Sync>(
+        &self,
+        s: &CudaSlice<T>,
+    ) -> Result<Vec<T>> {
+        self.back_all_of(&s.slice(..))
+    }
+
+    /// [`Call::back_all`] of a part of an array.
+    pub(crate) fn back_all_of<T: bytemuck::Pod + DeviceRepr + Send + Sync>(
+        &self,
+        s: &cudarc::driver::CudaView<'_, T>,
+    ) -> Result<Vec<T>> {
+        let mut v = vec![T::zeroed(); s.len()];
+        self.gpu.download(s, &mut v).map_err(|e| self.err(e))?;
+        Ok(v)
+    }
+
     /// Whether the scores and boundaries are stored as `f32`.
     pub(crate) fn f32in(&self) -> bool {
-        matches!(self.inputs, Input::F32(_))
+        self.inputs.f32()
     }
 
     /// The argument block with the inputs filled in.
@@ -617,12 +755,13 @@ fn given_up(flags: &[i32]) -> Vec<usize> {
 pub(crate) fn forward<F: Scalar>(
     gpu: &Gpu,
     backend: &str,
-    p: &Potentials<'_, F>,
+    model: &Model,
+    src: Source<'_, '_, F>,
     ring: Ring,
     meet: bool,
 ) -> Result<Vec<[f64; 2]>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, p, meet && ring == Ring::Log, &[])?;
+    let call = Call::new(gpu, backend, model, src, meet && ring == Ring::Log, &[])?;
     let out = match &call.par {
         Some(par) => {
             let (bufs, small) = call.meet_forward(*par)?;
@@ -650,11 +789,12 @@ pub(crate) fn forward<F: Scalar>(
 pub(crate) fn viterbi<F: Scalar>(
     gpu: &Gpu,
     backend: &str,
-    p: &Potentials<'_, F>,
+    model: &Model,
+    src: Source<'_, '_, F>,
 ) -> Result<Vec<Decoded>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, p, false, &[])?;
-    let sh = p.shape();
+    let call = Call::new(gpu, backend, model, src, false, &[])?;
+    let sh = model.shape;
     let (t, c) = (sh.len, sh.labels);
     let n = sh.batch * (t + 1) * c;
     let bpd = call.zeros::<i32>(n)?;
@@ -666,15 +806,19 @@ pub(crate) fn viterbi<F: Scalar>(
         a.last = call.ptr(&last);
     })?;
     gpu.mark();
-    let (bpd, bpi, last) = (call.back(&bpd)?, call.back(&bpi)?, call.back(&last)?);
+    let (bpd, bpi, last) = (
+        call.back_all(&bpd)?,
+        call.back_all(&bpi)?,
+        call.back(&last)?,
+    );
     let dd = call.dd;
     Ok((0..sh.batch)
         .map(|b| {
-            let len = p.lengths()[b];
+            let len = model.lengths[b];
             // Final label: the smallest index attaining the maximum.
             let (mut score, mut best) = (f64::NEG_INFINITY, 0);
             for j in 0..c {
-                let x = last[b * c + j] + p.end_at(j);
+                let x = last[b * c + j] + model.en[j];
                 if x > score {
                     score = x;
                     best = j;
@@ -703,21 +847,37 @@ pub(crate) fn viterbi<F: Scalar>(
         .collect())
 }
 
-/// Forward and backward: log Z, gradients scaled by `upstream`, boundary marginals. The
-/// static form runs in `kernels/meet.cu` where it can (`meet`).
-pub(crate) fn backward<F: Scalar>(
+/// Forward and backward: log Z, gradients scaled by `upstream`, boundary marginals, the
+/// large ones left on the device. The static form runs in `kernels/meet.cu` where it can
+/// (`meet`). `then` is given them (and the call, to read them) before the device is free
+/// for the next call, with the host arrays of [`ready_outputs`] where `ready`.
+pub(crate) fn backward<F: Scalar, R>(
     gpu: &Gpu,
     backend: &str,
-    p: &Potentials<'_, F>,
+    model: &Model,
+    src: Source<'_, '_, F>,
     upstream: &[f64],
     meet: bool,
-) -> Result<Backward> {
+    ready: bool,
+    then: impl FnOnce(&Call<'_>, Outputs, Option<[Vec<f64>; 4]>) -> Result<R>,
+) -> Result<R> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, p, meet, upstream)?;
-    if let Some(par) = &call.par {
-        return meet_backward(&call, *par, p, upstream);
-    }
-    let sh = p.shape();
+    let call = Call::new(gpu, backend, model, src, meet, upstream)?;
+    // With the inputs copied, the host's threads are free: they make the result arrays
+    // ready while the kernels run.
+    std::thread::scope(|scope| {
+        let arrays = ready.then(|| scope.spawn(|| ready_outputs(model)));
+        let g = match call.par {
+            Some(par) => meet_backward(&call, par, upstream)?,
+            None => log_backward(&call, upstream)?,
+        };
+        then(&call, g, arrays.and_then(|h| h.join().ok()))
+    })
+}
+
+/// The log-domain backward of every sequence.
+fn log_backward(call: &Call<'_>, upstream: &[f64]) -> Result<Outputs> {
+    let sh = call.shape;
     let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
     let dd = call.dd;
     let saved = bn * (t + 1) * c;
@@ -734,17 +894,17 @@ pub(crate) fn backward<F: Scalar>(
     let out = fwd.out.as_ref().expect("its own output");
     let log_z: Vec<f64> = call.back(out)?.chunks(2).map(|w| w[0]).collect();
     semicrf_core::check_feasible(&log_z)?;
-    let o = Outs::new(&call, p.begin_boundary().is_some())?;
+    let o = Outs::new(call, call.model.has_bb)?;
     let mut a = call.args();
-    let _bufs = o.fill(&call, &mut a, &log_z, &alpha, u.as_ref())?;
+    let _bufs = o.fill(call, &mut a, &log_z, &alpha, u.as_ref())?;
     let kernel = if dd { "bwd_dd_log" } else { "bwd_static_log" };
     call.launch(kernel, &a)?;
-    gpu.mark();
+    call.gpu.mark();
     let ntr = if dd { k * c * c } else { c * c };
     let sum = |v: Vec<f64>, n: usize| weighted(upstream, bn, &v, n, |_| false, &[]);
     let tr = sum(call.back(&o.ptr)?, ntr);
     let dur = sum(call.back(&o.pdur)?, k * c);
-    o.finish(&call, p, log_z, tr, dur, upstream, None)
+    o.finish(call, log_z, tr, dur, upstream, None)
 }
 
 /// Σ_b g_b · (per-sequence marginals `v`, `n` each), in ascending b; the sequences for which
@@ -850,33 +1010,17 @@ impl Outs {
 
     /// The gradients from the position, begin, end and boundary marginals on the device and
     /// the shared parameters' sums.
-    fn finish<F: Scalar>(
-        &self,
+    fn finish(
+        self,
         call: &Call<'_>,
-        p: &Potentials<'_, F>,
         log_z: Vec<f64>,
         tr: Vec<f64>,
         dur: Vec<f64>,
         upstream: &[f64],
         known: Option<(Vec<f64>, Vec<f64>)>,
-    ) -> Result<Backward> {
+    ) -> Result<Outputs> {
         let sh = call.shape;
-        let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
-        let dev = |e: ndarray::ShapeError| Error::Device {
-            backend: call.backend.into(),
-            message: e.to_string(),
-        };
-        let to3 = |v: Vec<f64>| Array3::from_shape_vec((bn, t, c), v).map_err(dev);
-        let scores = to3(call.back(&self.gsc)?)?;
-        let bb = match (&self.gbb, p.begin_boundary()) {
-            (Some(g), Some(_)) => Some(to3(call.back(g)?)?),
-            _ => None,
-        };
-        let eb = match p.end_boundary() {
-            Some(_) => Some(to3(call.back(&self.geb)?)?),
-            None => None,
-        };
-        let bm = Array2::from_shape_vec((bn, t), call.back(&self.bmarg)?).map_err(dev)?;
+        let (bn, k, c) = (sh.batch, sh.max_duration, sh.labels);
         let one = |v: Vec<f64>| weighted(upstream, bn, &v, c, |_| false, &[]);
         let (st, en) = match (known, &self.own) {
             (Some(se), _) => se,
@@ -894,44 +1038,119 @@ impl Outs {
         } else {
             ArrayD::from_shape_vec(IxDyn(&[c, c]), tr)
         }
-        .map_err(dev)?;
+        .map_err(|e| call.shape_err(e))?;
         let duration = Array2::from_shape_fn((k, c), |(d, j)| dur[d * c + j]);
-        Ok(Backward {
+        let m = call.model;
+        Ok(Outputs {
             log_z,
+            gsc: self.gsc,
+            gbb: self.gbb.filter(|_| m.has_bb),
+            geb: Some(self.geb).filter(|_| m.has_eb),
+            bmarg: self.bmarg,
+            transition,
+            duration,
+            start: Array1::from(start),
+            end: Array1::from(end),
+        })
+    }
+}
+
+/// A backward pass's results: the `(B, T, C)` and `(B, T)` ones on the device, the shared
+/// parameters' gradients (summed over the batch) on the host.
+pub(crate) struct Outputs {
+    pub(crate) log_z: Vec<f64>,
+    pub(crate) gsc: CudaSlice<f64>,
+    pub(crate) gbb: Option<CudaSlice<f64>>,
+    pub(crate) geb: Option<CudaSlice<f64>>,
+    pub(crate) bmarg: CudaSlice<f64>,
+    pub(crate) transition: ArrayD<f64>,
+    pub(crate) duration: Array2<f64>,
+    pub(crate) start: Array1<f64>,
+    pub(crate) end: Array1<f64>,
+}
+
+/// Host arrays for a backward pass's results of `model` (scores' gradient, the boundaries'
+/// where given, boundary marginals), with every page written once: made on another thread
+/// while the kernels run, so that the copies back do not wait for the operating system to
+/// map fresh memory (at S6, 12 MB of gradient: about 0.4 ms).
+pub(crate) fn ready_outputs(model: &Model) -> [Vec<f64>; 4] {
+    use rayon::prelude::*;
+    let sh = model.shape;
+    let (btc, bt) = (sh.batch * sh.len * sh.labels, sh.batch * sh.len);
+    let touched = |n: usize| {
+        let mut v = vec![0.0f64; n];
+        // One write per 4 KiB page.
+        v.par_chunks_mut(1 << 15)
+            .for_each(|c| c.iter_mut().step_by(512).for_each(|x| *x = 0.0));
+        v
+    };
+    [
+        touched(btc),
+        if model.has_bb {
+            touched(btc)
+        } else {
+            Vec::new()
+        },
+        if model.has_eb {
+            touched(btc)
+        } else {
+            Vec::new()
+        },
+        touched(bt),
+    ]
+}
+
+impl Outputs {
+    /// Everything on the host, in `ready` (from [`ready_outputs`]) where given.
+    pub(crate) fn into_host(
+        self,
+        call: &Call<'_>,
+        ready: Option<[Vec<f64>; 4]>,
+    ) -> Result<Backward> {
+        let sh = call.shape;
+        let (bn, t, c) = (sh.batch, sh.len, sh.labels);
+        let [r_sc, r_bb, r_eb, r_bm] = ready.unwrap_or_default();
+        let back = |s: &CudaSlice<f64>, mut v: Vec<f64>| -> Result<Vec<f64>> {
+            if v.len() != s.len() {
+                return call.back_all(s);
+            }
+            call.gpu
+                .download(&s.slice(..), &mut v)
+                .map_err(|e| call.err(e))?;
+            Ok(v)
+        };
+        let to3 = |s: &CudaSlice<f64>, v| {
+            Array3::from_shape_vec((bn, t, c), back(s, v)?).map_err(|e| call.shape_err(e))
+        };
+        let opt3 = |s: &Option<CudaSlice<f64>>, v| s.as_ref().map(|s| to3(s, v)).transpose();
+        let bm = Array2::from_shape_vec((bn, t), back(&self.bmarg, r_bm)?)
+            .map_err(|e| call.shape_err(e))?;
+        Ok(Backward {
+            log_z: self.log_z,
             grad: Gradients {
-                scores: Some(scores),
-                transition: Some(transition),
-                duration: Some(duration),
-                start: Some(Array1::from(start)),
-                end: Some(Array1::from(end)),
-                begin_boundary: bb,
-                end_boundary: eb,
+                scores: Some(to3(&self.gsc, r_sc)?),
+                transition: Some(self.transition),
+                duration: Some(self.duration),
+                start: Some(self.start),
+                end: Some(self.end),
+                begin_boundary: opt3(&self.gbb, r_bb)?,
+                end_boundary: opt3(&self.geb, r_eb)?,
                 edges: None,
             },
             boundary_marginals: bm,
         })
     }
 }
-
 /// The backward of `kernels/meet.cu`, with the sequences it gives up rerun in the log
 /// domain: their forward into the same log Z buffer and the saved rows' memory, their
 /// backward into the same marginal buffers and their own duration and transition marginals.
-fn meet_backward<F: Scalar>(
-    call: &Call<'_>,
-    par: u64,
-    p: &Potentials<'_, F>,
-    upstream: &[f64],
-) -> Result<Backward> {
+fn meet_backward(call: &Call<'_>, par: u64, upstream: &[f64]) -> Result<Outputs> {
     let sh = call.shape;
     let (bn, k, c) = (sh.batch, sh.max_duration, sh.labels);
-    let eb = p.end_boundary().is_some();
+    let eb = call.model.has_eb;
     let (bufs, g) = call.meet_backward(par, eb)?;
     let mut small = bufs.small.read(call)?;
     let redo = given_up(&small.flags);
-    let (pdur2, ptr2) = (
-        std::mem::take(&mut small.pdur),
-        std::mem::take(&mut small.ptr),
-    );
     let o = Outs {
         gsc: g.gsc,
         gbb: Some(g.gbb),
@@ -971,23 +1190,17 @@ fn meet_backward<F: Scalar>(
     semicrf_core::check_feasible(&log_z)?;
     let again = |b: usize| redo.binary_search(&b).is_err();
     let (tr, dur) = if redo.is_empty() {
+        // Summed on the device (`meet_sum`), as `weighted` sums them.
         (
-            weighted(upstream, bn, &[], c * c, |_| true, &ptr2),
-            weighted(upstream, bn, &[], k * c, |_| true, &pdur2),
+            std::mem::take(&mut small.tr),
+            std::mem::take(&mut small.dur),
         )
     } else {
+        let (pdur2, ptr2) = bufs.small.read_sweeps(call)?;
         (
             weighted(upstream, bn, &call.back(&o.ptr)?, c * c, again, &ptr2),
             weighted(upstream, bn, &call.back(&o.pdur)?, k * c, again, &pdur2),
         )
     };
-    o.finish(
-        call,
-        p,
-        log_z,
-        tr,
-        dur,
-        upstream,
-        Some((small.pst, small.pen)),
-    )
+    o.finish(call, log_z, tr, dur, upstream, Some((small.pst, small.pen)))
 }

@@ -64,6 +64,9 @@ fn running_out_of_device_memory_is_a_typed_error_that_leaks_nothing() {
     let ctx = CudaContext::new(0).unwrap();
     let stream = ctx.default_stream();
     stream.synchronize().unwrap();
+    // What earlier calls freed, kept by the memory pool, back to the driver: only memory still
+    // held after the failed call counts below.
+    e.release_memory().unwrap();
     let (free_before, total) = ctx.mem_get_info().unwrap();
     // Leave 16 MiB free: the big backward pass needs far more.
     let left = 16 << 20;
@@ -89,6 +92,7 @@ fn running_out_of_device_memory_is_a_typed_error_that_leaks_nothing() {
     );
     drop(hog);
     stream.synchronize().unwrap();
+    e.release_memory().unwrap();
 
     let (free_after, _) = ctx.mem_get_info().unwrap();
     assert_eq!(

@@ -9,7 +9,7 @@
 //! ```
 //!
 //! One line per shape: `S4 (4, 4096, 63, 8) cuda fwd 2.500 ms fwd+bwd 6.150 ms ...`, after
-//! one untimed call of each. The peer comparison (`peers/run_gpu.sh`) is the reference
+//! one untimed call of each, then the medians of whole calls by the host's clock. The peer comparison (`peers/run_gpu.sh`) is the reference
 //! measurement; this is for quick comparisons, such as the general kernels
 //! (`SEMICRF_CUDA_FAST=0`) against those compiled for a label width.
 
@@ -54,15 +54,27 @@ fn main() {
                 .collect();
             median(&mut v)
         };
+        let wall = |f: &mut dyn FnMut()| median(&mut time_ms(repeats, f));
         let fwd = timed(&|| {
             cuda.forward::<LogSemiring>(&p).expect("forward");
         });
         let bwd = timed(&|| {
             cuda.backward(&p, &up).expect("backward");
         });
+        let wf = wall(&mut || {
+            cuda.forward::<LogSemiring>(&p).expect("forward");
+        });
+        let wb = wall(&mut || {
+            cuda.backward(&p, &up).expect("backward");
+        });
         let mut line = format!(
-            "{id} ({}, {}, {}, {}) cuda fwd {fwd:.3} ms fwd+bwd {bwd:.3} ms",
-            s.batch, s.len, s.max_duration, s.labels
+            "{id} ({}, {}, {}, {}) cuda fwd {fwd:.3} ms fwd+bwd {bwd:.3} ms \
+             (whole calls {wf:.3} / {wb:.3} ms, ratio {:.2})",
+            s.batch,
+            s.len,
+            s.max_duration,
+            s.labels,
+            wb / wf
         );
         if cpu {
             let p = p.clone();

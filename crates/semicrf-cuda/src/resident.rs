@@ -1,0 +1,671 @@
+//! Potentials that are already in device memory, and results left there: for frameworks
+//! whose tensors live on the GPU (a PyTorch tensor's `data_ptr()`, a cudarc buffer), so that
+//! the `(B, T, C)` arrays cross no bus.
+
+use std::marker::PhantomData;
+
+use cudarc::driver::sys::{self, CUpointer_attribute, CUstream};
+use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
+use ndarray::{Array1, Array2, Array3, ArrayD, ArrayView, ArrayViewD, Dimension};
+use semicrf_core::range::{self, Largest, Magnitude};
+use semicrf_core::{Backward, Error, Gradients, Potentials, Result, Shape};
+
+use crate::device::{Gpu, driver};
+use crate::streaming::{Model, Outputs, Source};
+
+/// The element type of a [`DeviceArray`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    /// `f32`: read as it is and widened exactly to `f64` by the kernels.
+    F32,
+    /// `f64`.
+    F64,
+}
+
+impl Dtype {
+    fn bytes(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F64 => 8,
+        }
+    }
+}
+
+/// A `(B, T, C)` array in device memory (scores or a boundary), row-major and contiguous,
+/// borrowed for `'a`: from a cudarc buffer, or from a raw device address with the stream
+/// whose work writes it (another framework's tensor).
+///
+/// A call on it first makes the engine's stream wait for the work queued so far on that
+/// stream, and returns only when its own work is done, so the array may be written again as
+/// soon as the call returns.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceArray<'a> {
+    ptr: u64,
+    len: usize,
+    dtype: Dtype,
+    /// The producer's stream (`CUstream` as an integer; 0 is the legacy default stream).
+    stream: usize,
+    _borrow: PhantomData<&'a ()>,
+}
+
+impl<'a> DeviceArray<'a> {
+    /// A cudarc buffer of `f32`.
+    pub fn f32(s: &'a CudaSlice<f32>) -> Self {
+        Self::of(s, Dtype::F32)
+    }
+
+    /// A cudarc buffer of `f64`.
+    pub fn f64(s: &'a CudaSlice<f64>) -> Self {
+        Self::of(s, Dtype::F64)
+    }
+
+    fn of<T: DeviceRepr>(s: &'a CudaSlice<T>, dtype: Dtype) -> Self {
+        let stream = s.stream();
+        let ptr = s.device_ptr(stream).0;
+        DeviceArray {
+            ptr,
+            len: s.len(),
+            dtype,
+            stream: stream.cu_stream() as usize,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// `len` elements of `dtype` at device address `ptr`, written by work queued on `stream`
+    /// (null for the legacy default stream): a PyTorch tensor's `data_ptr()` with
+    /// `torch.cuda.current_stream().cuda_stream`, for example. The address must be in
+    /// memory of the device the engine runs on, in its primary context (where the CUDA
+    /// runtime and PyTorch allocate); a call checks that and that the allocation holds the
+    /// `len` elements.
+    ///
+    /// # Safety
+    ///
+    /// The memory must stay allocated, and must not be written by other work, until every
+    /// call using this array has returned; `stream` must be a live stream of that context.
+    pub unsafe fn from_raw(ptr: u64, len: usize, dtype: Dtype, stream: CUstream) -> Self {
+        DeviceArray {
+            ptr,
+            len,
+            dtype,
+            stream: stream as usize,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+}
+
+/// A problem whose scores and boundaries are in device memory: the position tensors as
+/// [`DeviceArray`]s, the shared parameters (transition, duration, start, end, small) and
+/// the lengths on the host. Built by [`DevicePotentialsBuilder::build`], which checks it
+/// as [`Potentials`] are checked, the device arrays by a kernel; then used by
+/// [`crate::CudaEngine::forward_on_device`], [`crate::CudaEngine::backward_on_device`] and
+/// [`crate::CudaEngine::viterbi_on_device`].
+///
+/// ```no_run
+/// use cudarc::driver::CudaContext;
+/// use ndarray::Array2;
+/// use semicrf_core::{Algorithm, LogSemiring};
+/// use semicrf_cuda::{CudaEngine, DeviceArray, DevicePotentials};
+///
+/// let (b, t, c, k) = (2, 100, 4, 8);
+/// let stream = CudaContext::new(0)?.default_stream();
+/// let scores = stream.clone_htod(&vec![0.1f32; b * t * c])?; // (B, T, C), made on the GPU
+/// let transition = Array2::<f64>::zeros((c, c));
+/// let lengths = [100, 60];
+/// let engine = CudaEngine::new(Algorithm::Streaming, 0);
+/// let p = DevicePotentials::builder(DeviceArray::f32(&scores), (b, t, c), &lengths, k)
+///     .transition(transition.view())
+///     .build(&engine)?;
+/// let log_z = engine.forward_on_device::<LogSemiring>(&p)?;
+/// let grads = engine.backward_on_device(&p, &[1.0, 1.0])?;
+/// // grads.scores: (B, T, C) f64 on the device; grads.transition on the host.
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct DevicePotentials<'a> {
+    pub(crate) model: Model,
+    pub(crate) scores: DeviceArray<'a>,
+    pub(crate) begin_boundary: Option<DeviceArray<'a>>,
+    pub(crate) end_boundary: Option<DeviceArray<'a>>,
+    pub(crate) magnitudes: Vec<Magnitude>,
+    /// The device it was checked on.
+    pub(crate) ordinal: usize,
+}
+
+impl<'a> DevicePotentials<'a> {
+    /// Starts a builder from the scores on the device, their `(B, T, C)`, the lengths and
+    /// the maximum duration `K`.
+    pub fn builder(
+        scores: DeviceArray<'a>,
+        (batch, len, labels): (usize, usize, usize),
+        lengths: &'a [usize],
+        max_duration: usize,
+    ) -> DevicePotentialsBuilder<'a> {
+        DevicePotentialsBuilder {
+            scores,
+            dims: (batch, len, labels),
+            lengths,
+            max_duration,
+            transition: None,
+            duration: None,
+            start: None,
+            end: None,
+            begin_boundary: None,
+            end_boundary: None,
+        }
+    }
+
+    /// `(B, T, K, C)`.
+    pub fn shape(&self) -> Shape {
+        self.model.shape
+    }
+
+    /// The lengths.
+    pub fn lengths(&self) -> &[usize] {
+        &self.model.lengths
+    }
+
+    /// Each sequence's magnitude bound (see [`semicrf_core::range`]).
+    pub fn magnitudes(&self) -> &[Magnitude] {
+        &self.magnitudes
+    }
+
+    /// The element type of the scores and boundaries.
+    pub fn dtype(&self) -> Dtype {
+        self.scores.dtype
+    }
+
+    /// Where the kernels read the position tensors.
+    pub(crate) fn source(&self) -> Source<'static, 'static, f64> {
+        Source::Device {
+            sc: self.scores.ptr,
+            bb: self.begin_boundary.map(|a| a.ptr),
+            eb: self.end_boundary.map(|a| a.ptr),
+            f32: self.scores.dtype == Dtype::F32,
+        }
+    }
+
+    /// The given position tensors with their names, in the order of the checks.
+    fn arrays(&self) -> impl Iterator<Item = (&'static str, DeviceArray<'a>)> {
+        [
+            ("scores", Some(self.scores)),
+            ("begin_boundary", self.begin_boundary),
+            ("end_boundary", self.end_boundary),
+        ]
+        .into_iter()
+        .filter_map(|(n, a)| a.map(|a| (n, a)))
+    }
+
+    /// Makes `gpu`'s stream wait for the work queued so far on the streams that write the
+    /// arrays.
+    pub(crate) fn wait_for_producers(&self, gpu: &Gpu, backend: &str) -> Result<()> {
+        let mut seen = Vec::new();
+        for (_, a) in self.arrays() {
+            if seen.contains(&a.stream) {
+                continue;
+            }
+            seen.push(a.stream);
+            let err = |e| driver(backend, e);
+            let event =
+                cudarc::driver::result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                    .map_err(err)?;
+            // SAFETY: `event` was just created; the stream is the caller's live stream
+            // (`DeviceArray::from_raw`) or a cudarc buffer's.
+            let r = unsafe {
+                cudarc::driver::result::event::record(event, a.stream as CUstream).and_then(|_| {
+                    cudarc::driver::result::stream::wait_event(
+                        gpu.stream.cu_stream(),
+                        event,
+                        sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                    )
+                })
+            };
+            // SAFETY: destroying an event whose wait is queued releases it once it completes.
+            let d = unsafe { cudarc::driver::result::event::destroy(event) };
+            r.and(d).map_err(err)?;
+        }
+        Ok(())
+    }
+}
+
+/// Builder of [`DevicePotentials`]; the shared parameters are host arrays of `f64`.
+#[derive(Clone, Debug)]
+pub struct DevicePotentialsBuilder<'a> {
+    scores: DeviceArray<'a>,
+    dims: (usize, usize, usize),
+    lengths: &'a [usize],
+    max_duration: usize,
+    transition: Option<ArrayViewD<'a, f64>>,
+    duration: Option<ArrayViewD<'a, f64>>,
+    start: Option<ArrayViewD<'a, f64>>,
+    end: Option<ArrayViewD<'a, f64>>,
+    begin_boundary: Option<DeviceArray<'a>>,
+    end_boundary: Option<DeviceArray<'a>>,
+}
+
+impl<'a> DevicePotentialsBuilder<'a> {
+    /// Transition scores, `(C, C)` or `(K, C, C)`; default 0.
+    pub fn transition<D: Dimension>(mut self, t: ArrayView<'a, f64, D>) -> Self {
+        self.transition = Some(t.into_dyn());
+        self
+    }
+    /// Duration scores `(K, C)`; default 0.
+    pub fn duration<D: Dimension>(mut self, t: ArrayView<'a, f64, D>) -> Self {
+        self.duration = Some(t.into_dyn());
+        self
+    }
+    /// Score of the first segment's label, `(C)`; default 0.
+    pub fn start<D: Dimension>(mut self, t: ArrayView<'a, f64, D>) -> Self {
+        self.start = Some(t.into_dyn());
+        self
+    }
+    /// Score of the last segment's label, `(C)`; default 0.
+    pub fn end<D: Dimension>(mut self, t: ArrayView<'a, f64, D>) -> Self {
+        self.end = Some(t.into_dyn());
+        self
+    }
+    /// Score of a segment of label `c` starting at `t`, `(B, T, C)` on the device, of the
+    /// scores' element type; default 0.
+    pub fn begin_boundary(mut self, a: DeviceArray<'a>) -> Self {
+        self.begin_boundary = Some(a);
+        self
+    }
+    /// Score of a segment of label `c` whose last position is `t`, `(B, T, C)` on the
+    /// device, of the scores' element type; default 0.
+    pub fn end_boundary(mut self, a: DeviceArray<'a>) -> Self {
+        self.end_boundary = Some(a);
+        self
+    }
+
+    /// Checks everything as [`semicrf_core::PotentialsBuilder::build`] does (shapes,
+    /// lengths, no NaN or `+inf`, magnitudes within [`range::SCORE_LIMIT`]), the device arrays
+    /// on `engine`'s device by a kernel, whose scratch (16 bytes per position) is freed
+    /// before this returns. The arrays must also be in that device's memory and hold the
+    /// `B·T·C` elements, all of one element type.
+    pub fn build(self, engine: &crate::CudaEngine) -> Result<DevicePotentials<'a>> {
+        let (b, t, c) = self.dims;
+        if b == 0 {
+            return Err(Error::EmptyBatch);
+        }
+        if self.lengths.len() != b {
+            return Err(Error::LengthsCount {
+                expected: b,
+                got: self.lengths.len(),
+            });
+        }
+        for (i, &l) in self.lengths.iter().enumerate() {
+            if l == 0 || l > t {
+                return Err(Error::Length {
+                    sequence: i,
+                    length: l,
+                    max: t,
+                });
+            }
+        }
+        // The shared parameters, checked by the core's builder on one position of zeros.
+        let zeros = vec![0.0f64; c];
+        let one = [1usize];
+        let zview = ndarray::ArrayView3::from_shape((1, 1, c), &zeros)
+            .map_err(|e| internal(&engine.backend(), e))?;
+        let mut pb = Potentials::builder(zview, &one, self.max_duration);
+        if let Some(v) = self.transition {
+            pb = pb.transition(v);
+        }
+        if let Some(v) = self.duration {
+            pb = pb.duration(v);
+        }
+        if let Some(v) = self.start {
+            pb = pb.start(v);
+        }
+        if let Some(v) = self.end {
+            pb = pb.end(v);
+        }
+        let params = pb.build()?;
+        let shape = Shape::new(b, t, self.max_duration, c);
+        let model = Model::with(
+            &params,
+            shape,
+            self.lengths.to_vec(),
+            self.begin_boundary.is_some(),
+            self.end_boundary.is_some(),
+        );
+        let shared = range::shared_bound(&params);
+        let mut p = DevicePotentials {
+            model,
+            scores: self.scores,
+            begin_boundary: self.begin_boundary,
+            end_boundary: self.end_boundary,
+            magnitudes: Vec::new(),
+            ordinal: engine.ordinal(),
+        };
+        let backend = engine.backend();
+        let gpu = engine.gpu()?;
+        let n = b * t * c;
+        for (name, a) in p.arrays() {
+            if a.len != n {
+                return Err(Error::Shape {
+                    tensor: name,
+                    expected: format!("(B, T, C) = ({b}, {t}, {c}): {n} elements"),
+                    got: vec![a.len],
+                });
+            }
+            if a.dtype != p.scores.dtype {
+                return Err(Error::Unsupported {
+                    backend,
+                    what: format!(
+                        "{name} of {:?} with scores of {:?} (give them one element type)",
+                        a.dtype, p.scores.dtype
+                    ),
+                });
+            }
+            check_address(&gpu, &backend, engine.ordinal(), name, a)?;
+        }
+        p.magnitudes = check_values(&gpu, &backend, &p, &shared)?;
+        range::check_finite_results(&p.magnitudes, &p.model.lengths)?;
+        Ok(p)
+    }
+}
+
+fn internal(backend: &str, e: impl std::fmt::Display) -> Error {
+    Error::Device {
+        backend: backend.into(),
+        message: e.to_string(),
+    }
+}
+
+/// Refuses an array that is not in device `ordinal`'s memory or whose allocation does not
+/// hold it.
+fn check_address(
+    gpu: &Gpu,
+    backend: &str,
+    ordinal: usize,
+    name: &str,
+    a: DeviceArray<'_>,
+) -> Result<()> {
+    let refuse = |why: String| Error::Unsupported {
+        backend: backend.into(),
+        what: format!("{name} at device address {:#x}: {why}", a.ptr),
+    };
+    gpu.ctx.bind_to_thread().map_err(|e| driver(backend, e))?;
+    // cuPointerGetAttributes (unlike the singular call) answers for any address: memory
+    // the driver does not know has memory type 0.
+    let mut kind: u32 = 0;
+    let mut dev: i32 = -1;
+    let (mut start, mut size): (u64, u64) = (0, 0);
+    let mut attrs = [
+        CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    ];
+    let mut data: [*mut std::ffi::c_void; 4] = [
+        (&mut kind as *mut u32).cast(),
+        (&mut dev as *mut i32).cast(),
+        (&mut start as *mut u64).cast(),
+        (&mut size as *mut u64).cast(),
+    ];
+    // SAFETY: each attribute's value has the size of the variable it is written to (the
+    // memory type and ordinal 4 bytes, the range's start and size 8).
+    unsafe {
+        sys::cuPointerGetAttributes(
+            attrs.len() as u32,
+            attrs.as_mut_ptr(),
+            data.as_mut_ptr(),
+            a.ptr as sys::CUdeviceptr,
+        )
+    }
+    .result()
+    .map_err(|e| refuse(format!("its attributes: {e:?}")))?;
+    if kind != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+        return Err(refuse("not device memory".into()));
+    }
+    if dev < 0 || dev as usize != ordinal {
+        return Err(refuse(format!(
+            "memory of device {dev}, not of device {ordinal}"
+        )));
+    }
+    let bytes = (a.len * a.dtype.bytes()) as u64;
+    if !a.ptr.is_multiple_of(a.dtype.bytes() as u64) || a.ptr + bytes > start + size {
+        return Err(refuse(format!(
+            "{} elements of {:?} do not fit its allocation ({size} bytes from {start:#x}) \
+             aligned",
+            a.len, a.dtype
+        )));
+    }
+    Ok(())
+}
+
+/// The kernel's argument block (`struct CArgs` of `kernels/io.cu`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct CArgs {
+    x: u64,
+    len: u64,
+    rowmax: u64,
+    rowarg: u64,
+    rowbad: u64,
+    bound: u64,
+    out: u64,
+    t: i64,
+    c: i64,
+    f32in: i32,
+}
+
+// SAFETY: a plain `repr(C)` block of integers, laid out as the kernel's `struct CArgs`.
+unsafe impl DeviceRepr for CArgs {}
+
+/// Words per sequence and array that the kernel writes.
+const OUT: usize = 6;
+
+/// NaN and `+inf` ([`Error::NonFinite`]) and each sequence's magnitude bound, computed on
+/// the device as the host computes them for [`Potentials`].
+fn check_values(
+    gpu: &Gpu,
+    backend: &str,
+    p: &DevicePotentials<'_>,
+    shared: &range::SharedBound,
+) -> Result<Vec<Magnitude>> {
+    let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
+    p.wait_for_producers(gpu, backend)?;
+    let sh = p.shape();
+    let (b, t, c) = (sh.batch, sh.len, sh.labels);
+    let err = |e| driver(backend, e);
+    let arrays: Vec<(&'static str, DeviceArray<'_>)> = p.arrays().collect();
+    let lens: Vec<i64> = p.model.lengths.iter().map(|&l| l as i64).collect();
+    // Bounds first, then OUT words per sequence and array.
+    let mut words: Vec<f64> = p.model.lengths.iter().map(|&l| shared.start(l)).collect();
+    words.resize(b + arrays.len() * b * OUT, 0.0);
+    let out = gpu.upload(&words).map_err(err)?;
+    let len = gpu.upload(&lens).map_err(err)?;
+    let rowmax = gpu.uninit::<f64>(b * t).map_err(err)?;
+    let rowarg = gpu.uninit::<i32>(b * t).map_err(err)?;
+    let rowbad = gpu.uninit::<i32>(b * t).map_err(err)?;
+    let ptr = |s: &CudaSlice<_>| s.device_ptr(&gpu.stream).0;
+    let (base, f) = (ptr(&out), gpu.function("check_input"));
+    for (i, (_, a)) in arrays.iter().enumerate() {
+        let args = CArgs {
+            x: a.ptr,
+            len: len.device_ptr(&gpu.stream).0,
+            rowmax: rowmax.device_ptr(&gpu.stream).0,
+            rowarg: rowarg.device_ptr(&gpu.stream).0,
+            rowbad: rowbad.device_ptr(&gpu.stream).0,
+            bound: base,
+            out: base + 8 * (b + i * b * OUT) as u64,
+            t: t as i64,
+            c: c as i64,
+            f32in: (a.dtype == Dtype::F32) as i32,
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (b as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = gpu.stream.launch_builder(f);
+        l.arg(&args);
+        // SAFETY: `args` matches `struct CArgs`; `x` holds B·T·C elements of its type
+        // (checked above), the scratch B·T each, `out` B + 3·B·OUT words; one block per
+        // sequence.
+        unsafe { l.launch(cfg) }.map_err(err)?;
+    }
+    gpu.mark();
+    let words = gpu.stream.clone_dtoh(&out).map_err(err)?;
+    // NaN or +inf: the first in the order of the core's checks.
+    for (i, (name, _)) in arrays.iter().enumerate() {
+        let o = &words[b + i * b * OUT..b + (i + 1) * b * OUT];
+        if let Some(s) = (0..b).find(|&s| o[s * OUT + 4] >= 0.0) {
+            let (bt, bc) = (o[s * OUT + 4] as usize, o[s * OUT + 5] as usize);
+            let value = read_one(gpu, backend, arrays[i].1, (s * t + bt) * c + bc)?;
+            return Err(Error::NonFinite {
+                tensor: name,
+                index: vec![s, bt, bc],
+                value,
+            });
+        }
+    }
+    Ok((0..b)
+        .map(|s| {
+            let mut largest: Option<Largest> = shared.largest.clone();
+            let mut abs = shared.largest_abs();
+            for (i, (name, _)) in arrays.iter().enumerate() {
+                let o = &words[b + (i * b + s) * OUT..b + (i * b + s + 1) * OUT];
+                if o[0] > abs {
+                    abs = o[0];
+                    largest = Some(Largest {
+                        tensor: name,
+                        index: vec![s, o[1] as usize, o[2] as usize],
+                        value: o[3],
+                    });
+                }
+            }
+            Magnitude {
+                bound: words[s],
+                largest,
+            }
+        })
+        .collect())
+}
+
+/// Element `i` of a device array, as `f64`.
+fn read_one(gpu: &Gpu, backend: &str, a: DeviceArray<'_>, i: usize) -> Result<f64> {
+    let at = a.ptr + (i * a.dtype.bytes()) as u64;
+    let err = |e| driver(backend, e);
+    gpu.stream.synchronize().map_err(err)?;
+    // SAFETY: `i` is below the array's checked length; the copy is synchronous.
+    unsafe {
+        match a.dtype {
+            Dtype::F32 => {
+                let mut v = [0f32];
+                cudarc::driver::result::memcpy_dtoh_sync(&mut v, at).map_err(err)?;
+                Ok(f64::from(v[0]))
+            }
+            Dtype::F64 => {
+                let mut v = [0f64];
+                cudarc::driver::result::memcpy_dtoh_sync(&mut v, at).map_err(err)?;
+                Ok(v[0])
+            }
+        }
+    }
+}
+
+/// A backward pass on potentials in device memory: the `(B, T, C)` and `(B, T)` results
+/// stay on the device (`f64`, row-major; their addresses through cudarc's
+/// [`DevicePtr`](cudarc::driver::DevicePtr)), the shared parameters' gradients (summed over
+/// the batch, weighted by the upstream gradient) are on the host.
+#[derive(Debug)]
+pub struct DeviceBackward {
+    /// log Z per sequence.
+    pub log_z: Vec<f64>,
+    /// Gradient of the scores, `(B, T, C)`.
+    pub scores: CudaSlice<f64>,
+    /// Gradient of the begin boundary, `(B, T, C)`, where one was given.
+    pub begin_boundary: Option<CudaSlice<f64>>,
+    /// Gradient of the end boundary, `(B, T, C)`, where one was given.
+    pub end_boundary: Option<CudaSlice<f64>>,
+    /// Probability that a segment starts at each position, `(B, T)` (not weighted).
+    pub boundary_marginals: CudaSlice<f64>,
+    /// Gradient of the transition, `(C, C)` or `(K, C, C)`.
+    pub transition: ArrayD<f64>,
+    /// Gradient of the duration scores, `(K, C)`.
+    pub duration: Array2<f64>,
+    /// Gradient of the start scores, `(C)`.
+    pub start: Array1<f64>,
+    /// Gradient of the end scores, `(C)`.
+    pub end: Array1<f64>,
+    pub(crate) shape: Shape,
+}
+
+impl DeviceBackward {
+    pub(crate) fn new(o: Outputs, shape: Shape) -> Self {
+        DeviceBackward {
+            log_z: o.log_z,
+            scores: o.gsc,
+            begin_boundary: o.gbb,
+            end_boundary: o.geb,
+            boundary_marginals: o.bmarg,
+            transition: o.transition,
+            duration: o.duration,
+            start: o.start,
+            end: o.end,
+            shape,
+        }
+    }
+
+    /// Everything on the host, as [`semicrf_core::Engine::backward`] returns it.
+    pub fn to_host(&self) -> Result<Backward> {
+        let sh = self.shape;
+        let (b, t, c) = (sh.batch, sh.len, sh.labels);
+        let bad = |e: String| Error::Device {
+            backend: "cuda/streaming".into(),
+            message: e,
+        };
+        let read = |s: &CudaSlice<f64>, n: usize| -> Result<Vec<f64>> {
+            let mut v = s
+                .stream()
+                .clone_dtoh(s)
+                .map_err(|e| bad(format!("{e:?}")))?;
+            v.truncate(n);
+            Ok(v)
+        };
+        let to3 = |s: &CudaSlice<f64>| {
+            Array3::from_shape_vec((b, t, c), read(s, b * t * c)?).map_err(|e| bad(e.to_string()))
+        };
+        let opt3 = |s: &Option<CudaSlice<f64>>| s.as_ref().map(to3).transpose();
+        Ok(Backward {
+            log_z: self.log_z.clone(),
+            grad: Gradients {
+                scores: Some(to3(&self.scores)?),
+                transition: Some(self.transition.clone()),
+                duration: Some(self.duration.clone()),
+                start: Some(self.start.clone()),
+                end: Some(self.end.clone()),
+                begin_boundary: opt3(&self.begin_boundary)?,
+                end_boundary: opt3(&self.end_boundary)?,
+                edges: None,
+            },
+            boundary_marginals: Array2::from_shape_vec(
+                (b, t),
+                read(&self.boundary_marginals, b * t)?,
+            )
+            .map_err(|e| bad(e.to_string()))?,
+        })
+    }
+}
