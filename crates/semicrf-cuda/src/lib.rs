@@ -79,9 +79,30 @@
 //! both boundaries whether given or not, and what a log-domain rerun of every sequence would
 //! add), and [`CudaEngine::measure_memory`] measures a call: at S5 (1, 16384, 127, 4), f32, a
 //! forward+backward allocates 2.78 MB against a bound of 3.84 MB (flash-semicrf 0.2.0: 3.21
-//! MB). On an H100 (2026-11-24, whole calls, f32) a forward+backward takes 0.26 ms at S1, 4.3
-//! ms at S4, 15 ms at S5, 5.9 ms at S6 and 1.64 s at S8 (1, 100000, 1000, 24); the README
+//! MB). On an H100 (2026-11-25, whole calls, f32) a forward+backward takes 0.27 ms at S1,
+//! 4.5 ms at S4, 15 ms at S5, 3.5 ms at S6 and 1.65 s at S8 (1, 100000, 1000, 24); the README
 //! compares them with the CPU engine and flash-semicrf.
+//!
+//! **Copies.** A call's inputs go to the device in two copies and its small results come
+//! back in one; the batch's duration and transition gradients are summed on the device
+//! (`meet_sum` in `kernels/io.cu`, the host's order and rounding). Copies of 2 MB and more
+//! run in chunks through a page-locked buffer, the host's threads filling or emptying one
+//! chunk while the bus moves another (`SEMICRF_CUDA_PINNED=0` turns that off, for
+//! comparison). The device's memory pool keeps what calls free for the next ones
+//! ([`CudaEngine::release_memory`] returns it).
+//!
+//! # Potentials already on the device
+//!
+//! [`DevicePotentials`] holds scores and boundaries that are already in device memory
+//! ([`DeviceArray`]: a cudarc buffer, or a raw address with its length, element type and the
+//! stream that writes it, such as another framework's tensor), with the shared parameters
+//! and lengths on the host. [`DevicePotentialsBuilder::build`] checks it as the core checks
+//! host potentials (a kernel, `check_input` in `kernels/io.cu`, finds NaN and `+inf` and
+//! each sequence's magnitude bound on the device), and that each address is memory of this
+//! device whose allocation holds the array. [`CudaEngine::forward_on_device`],
+//! [`CudaEngine::backward_on_device`] and [`CudaEngine::viterbi_on_device`] give what the
+//! same potentials from the host give, bit for bit (a test checks it), with the backward's
+//! `(B, T, C)` gradients and boundary marginals left on the device ([`DeviceBackward`]).
 //!
 //! **Determinism.** Every reduction has a fixed order (lanes and threads in index order,
 //! then a fixed butterfly), every accumulator of a gradient is owned by one thread, and the
@@ -219,11 +240,13 @@ impl CudaEngine {
         Ok((r, std::time::Duration::from_secs_f64(f64::from(ms) / 1e3)))
     }
 
-    /// Returns to the driver the device memory that earlier calls freed. Calls keep it in
-    /// the device's memory pool for the next ones (mapping it again would cost more than
-    /// many a call's work); other users of the device, such as a framework's own
-    /// allocator, see it as used until this runs. [`EngineInfo::check`] does it itself
-    /// when free memory falls short.
+    /// Returns to the driver the device memory that earlier calls freed. The device's
+    /// default memory pool (which every stream-ordered allocation of the process draws on,
+    /// cudarc's included) keeps it for the next calls, as the engine sets it when the device
+    /// is opened (`SEMICRF_CUDA_POOL=release` in the environment keeps the driver's default,
+    /// which returns it at every synchronisation); other users of the device, such as a
+    /// framework's own allocator, see it as taken until this runs. [`EngineInfo::check`]
+    /// does it itself when free memory falls short.
     pub fn release_memory(&self) -> Result<()> {
         let gpu = self.gpu()?;
         gpu.trim().map_err(|e| device::driver(&self.backend(), e))
