@@ -612,7 +612,7 @@ impl<'g> Call<'g> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -683,11 +683,16 @@ mod tests {
         }
     }
 
-    /// The kernels of `kernels/meet.cu` compiled for the CPU emulation of `tests/emu`
+    /// The emulated kernels of `tests/emu/{main}` (`meet_main.cpp`: those of
+    /// `kernels/meet.cu`) compiled for the CPU emulation of `tests/emu`
     /// (`c++` or `$CXX`, C++20, threads, and the extra `flags`) into `name` in the temporary
     /// directory; `None`, with the reason printed, where no C++ compiler can be started
     /// (a failure instead when `SEMICRF_REQUIRE_CXX=1`, as CI sets it).
-    fn build_emulator(name: &str, flags: &[&str]) -> Option<std::path::PathBuf> {
+    pub(crate) fn build_emulator(
+        name: &str,
+        main: &str,
+        flags: &[&str],
+    ) -> Option<std::path::PathBuf> {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let exe = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
@@ -696,7 +701,7 @@ mod tests {
             .args(flags)
             .arg("-I")
             .arg(dir.join("kernels"))
-            .arg(dir.join("tests/emu/meet_main.cpp"))
+            .arg(dir.join("tests/emu").join(main))
             .arg("-o")
             .arg(&exe)
             .output();
@@ -718,7 +723,7 @@ mod tests {
 
     fn emulator() -> Option<std::path::PathBuf> {
         static EXE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
-        EXE.get_or_init(|| build_emulator("semicrf-meet-emu", &[]))
+        EXE.get_or_init(|| build_emulator("semicrf-meet-emu", "meet_main.cpp", &[]))
             .clone()
     }
 
@@ -986,7 +991,11 @@ mod tests {
     #[test]
     fn the_emulated_kernels_leave_no_access_unordered() {
         use semicrf_core::testing::{GenSpec, TransitionKind, random_problem, upstream};
-        let Some(exe) = build_emulator("semicrf-meet-tsan", &["-fsanitize=thread", "-g"]) else {
+        let Some(exe) = build_emulator(
+            "semicrf-meet-tsan",
+            "meet_main.cpp",
+            &["-fsanitize=thread", "-g"],
+        ) else {
             return;
         };
         for (seed, (b, t, k, c)) in [(2, 20, 7, 5), (1, 12, 4, 40), (1, 14, 5, 12)]

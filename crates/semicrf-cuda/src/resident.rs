@@ -528,40 +528,72 @@ fn check_values(
     }
     gpu.mark();
     let words = gpu.stream.clone_dtoh(&out).map_err(err)?;
-    // NaN or +inf: the first in the order of the core's checks.
-    for (i, (name, _)) in arrays.iter().enumerate() {
-        let o = &words[b + i * b * OUT..b + (i + 1) * b * OUT];
-        if let Some(s) = (0..b).find(|&s| o[s * OUT + 4] >= 0.0) {
-            let (bt, bc) = (o[s * OUT + 4] as usize, o[s * OUT + 5] as usize);
-            let value = read_one(gpu, backend, arrays[i].1, (s * t + bt) * c + bc)?;
-            return Err(Error::NonFinite {
-                tensor: name,
-                index: vec![s, bt, bc],
+    let names: Vec<&'static str> = arrays.iter().map(|(n, _)| *n).collect();
+    match assemble(&words, b, &names, shared) {
+        Checked::Bounds(m) => Ok(m),
+        Checked::Bad(i, index) => {
+            let value = read_one(
+                gpu,
+                backend,
+                arrays[i].1,
+                (index[0] * t + index[1]) * c + index[2],
+            )?;
+            Err(Error::NonFinite {
+                tensor: names[i],
+                index: index.to_vec(),
                 value,
-            });
+            })
         }
     }
-    Ok((0..b)
-        .map(|s| {
-            let mut largest: Option<Largest> = shared.largest.clone();
-            let mut abs = shared.largest_abs();
-            for (i, (name, _)) in arrays.iter().enumerate() {
-                let o = &words[b + (i * b + s) * OUT..b + (i * b + s + 1) * OUT];
-                if o[0] > abs {
-                    abs = o[0];
-                    largest = Some(Largest {
-                        tensor: name,
-                        index: vec![s, o[1] as usize, o[2] as usize],
-                        value: o[3],
-                    });
+}
+
+/// What the check kernel's words say.
+#[derive(Debug, PartialEq)]
+enum Checked {
+    /// Every sequence's bound.
+    Bounds(Vec<Magnitude>),
+    /// The first NaN or `+inf`, in the order of the core's checks: the array (of `names`) and
+    /// its `[b, t, c]`.
+    Bad(usize, [usize; 3]),
+}
+
+/// Each sequence's bound from the words of `check_input` (the bounds, then `OUT` words per
+/// sequence for each array of `names` in turn) and the shared parameters' part.
+fn assemble(
+    words: &[f64],
+    b: usize,
+    names: &[&'static str],
+    shared: &range::SharedBound,
+) -> Checked {
+    for i in 0..names.len() {
+        let o = &words[b + i * b * OUT..b + (i + 1) * b * OUT];
+        if let Some(s) = (0..b).find(|&s| o[s * OUT + 4] >= 0.0) {
+            return Checked::Bad(i, [s, o[s * OUT + 4] as usize, o[s * OUT + 5] as usize]);
+        }
+    }
+    Checked::Bounds(
+        (0..b)
+            .map(|s| {
+                let mut largest: Option<Largest> = shared.largest.clone();
+                let mut abs = shared.largest_abs();
+                for (i, name) in names.iter().enumerate() {
+                    let o = &words[b + (i * b + s) * OUT..b + (i * b + s + 1) * OUT];
+                    if o[0] > abs {
+                        abs = o[0];
+                        largest = Some(Largest {
+                            tensor: name,
+                            index: vec![s, o[1] as usize, o[2] as usize],
+                            value: o[3],
+                        });
+                    }
                 }
-            }
-            Magnitude {
-                bound: words[s],
-                largest,
-            }
-        })
-        .collect())
+                Magnitude {
+                    bound: words[s],
+                    largest,
+                }
+            })
+            .collect(),
+    )
 }
 
 /// Element `i` of a device array, as `f64`.
@@ -667,5 +699,125 @@ impl DeviceBackward {
             )
             .map_err(|e| bad(e.to_string()))?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use semicrf_core::OwnedPotentials;
+    use semicrf_core::testing::{GenSpec, random_problem};
+
+    const NAMES: [&str; 3] = ["scores", "begin_boundary", "end_boundary"];
+
+    /// Runs `check_input` of `kernels/io.cu` under the CPU emulation of `tests/emu` on the
+    /// scores and both boundaries of `p` in turn (`f32`: as `f32`), with `threads` per block
+    /// and the bounds starting from `start`: the kernel's words.
+    fn emulate(
+        exe: &std::path::Path,
+        p: &OwnedPotentials<f64>,
+        start: &[f64],
+        f32: bool,
+        threads: usize,
+    ) -> Vec<f64> {
+        let sh = p.scores.shape();
+        let (b, t, c) = (sh[0], sh[1], sh[2]);
+        let arrays = [
+            &p.scores,
+            p.begin_boundary.as_ref().unwrap(),
+            p.end_boundary.as_ref().unwrap(),
+        ];
+        let mut buf = Vec::new();
+        for x in [b, t, c, f32 as usize, threads, arrays.len()] {
+            buf.extend_from_slice(&(x as i64).to_le_bytes());
+        }
+        for &l in &p.lengths {
+            buf.extend_from_slice(&(l as i64).to_le_bytes());
+        }
+        for x in start {
+            buf.extend_from_slice(&x.to_le_bytes());
+        }
+        for a in arrays {
+            for &x in a.iter() {
+                if f32 {
+                    buf.extend_from_slice(&(x as f32).to_le_bytes());
+                } else {
+                    buf.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+        }
+        let dir = std::env::temp_dir();
+        let id = format!("{}-{:?}", std::process::id(), std::thread::current().id());
+        let (inp, out) = (
+            dir.join(format!("ck-in-{id}")),
+            dir.join(format!("ck-out-{id}")),
+        );
+        std::fs::write(&inp, &buf).unwrap();
+        let st = std::process::Command::new(exe)
+            .arg(&inp)
+            .arg(&out)
+            .status()
+            .unwrap();
+        assert!(st.success(), "the emulated check failed");
+        let bytes = std::fs::read(&out).unwrap();
+        let _ = (std::fs::remove_file(&inp), std::fs::remove_file(&out));
+        bytes
+            .chunks(8)
+            .map(|w| f64::from_le_bytes(w.try_into().unwrap()))
+            .collect()
+    }
+
+    /// The kernel's words, assembled on the host, give the core's own bounds (bit for bit)
+    /// and the core's first NaN or `+inf`: random problems with boundaries, ragged lengths
+    /// and `-inf` entries, both element types, blocks of fewer and more threads than `T`.
+    #[test]
+    fn the_check_kernel_finds_what_the_core_finds() {
+        let exe = crate::meet::tests::build_emulator("semicrf-check-emu", "check_main.cpp", &[]);
+        let Some(exe) = exe else { return };
+        for (seed, (b, t, k, c)) in [(3, 40, 5, 4), (2, 300, 9, 7), (4, 17, 3, 33)]
+            .into_iter()
+            .enumerate()
+        {
+            let owned = random_problem(900 + seed as u64, &GenSpec::new(b, t, k, c).everything());
+            for f32 in [false, true] {
+                // f32: the same values as the kernel reads, parameters too.
+                let owned = if f32 {
+                    owned.cast::<f32>().cast::<f64>()
+                } else {
+                    owned.clone()
+                };
+                let p = owned.view().unwrap();
+                let shared = range::shared_bound(&p);
+                let start: Vec<f64> = owned.lengths.iter().map(|&l| shared.start(l)).collect();
+                let what = format!("B{b} T{t} C{c} f32={f32}");
+                for threads in [32, 256] {
+                    let words = emulate(&exe, &owned, &start, f32, threads);
+                    let got = assemble(&words, b, &NAMES, &shared);
+                    assert_eq!(got, Checked::Bounds(p.magnitudes().to_vec()), "{what}");
+                }
+                // NaN in the end boundary (one beyond sequence 1's length), NaN and +inf in one
+                // row of the begin boundary, later in memory order: the core names the begin
+                // boundary's first.
+                let mut bad = owned.clone();
+                let l1 = bad.lengths[1];
+                let eb = bad.end_boundary.as_mut().unwrap();
+                eb[[1, l1.min(t - 1), 0]] = f64::NAN;
+                eb[[0, t - 1, c - 1]] = f64::NAN;
+                let bb = bad.begin_boundary.as_mut().unwrap();
+                bb[[1, t - 1, c - 1]] = f64::INFINITY;
+                bb[[1, t - 1, 1]] = f64::NAN;
+                let want = match bad.view() {
+                    Err(Error::NonFinite { tensor, index, .. }) => (tensor, index),
+                    other => panic!("{what}: {other:?}"),
+                };
+                let words = emulate(&exe, &bad, &start, f32, 64);
+                match assemble(&words, b, &NAMES, &shared) {
+                    Checked::Bad(i, index) => {
+                        assert_eq!((NAMES[i], index.to_vec()), want, "{what}")
+                    }
+                    other => panic!("{what}: {other:?}"),
+                }
+            }
+        }
     }
 }
