@@ -727,6 +727,36 @@ pub(crate) mod tests {
             .clone()
     }
 
+    /// Runs the emulator `exe` on the input `buf`: the `f64`s it writes.
+    pub(crate) fn run_emulated(exe: &std::path::Path, buf: &[u8]) -> Vec<f64> {
+        let dir = std::env::temp_dir();
+        let id = std::process::id();
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (fin, fout) = (
+            dir.join(format!("semicrf-emu-{id}-{call}.in")),
+            dir.join(format!("semicrf-emu-{id}-{call}.out")),
+        );
+        std::fs::write(&fin, buf).unwrap();
+        let o = std::process::Command::new(exe)
+            .arg(&fin)
+            .arg(&fout)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "emulated kernels: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let bytes = std::fs::read(&fout).unwrap();
+        let _ = std::fs::remove_file(&fin);
+        let _ = std::fs::remove_file(&fout);
+        bytes
+            .chunks(8)
+            .map(|w| f64::from_le_bytes(w.try_into().unwrap()))
+            .collect()
+    }
+
     /// What one emulated call returns.
     struct Emulated {
         out: Vec<f64>,
@@ -810,32 +840,7 @@ pub(crate) mod tests {
         };
         f64s2(&par);
         f64s2(up.unwrap_or(&ones));
-        let dir = std::env::temp_dir();
-        let id = std::process::id();
-        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (fin, fout) = (
-            dir.join(format!("semicrf-meet-emu-{id}-{call}.in")),
-            dir.join(format!("semicrf-meet-emu-{id}-{call}.out")),
-        );
-        std::fs::write(&fin, &buf).unwrap();
-        let o = std::process::Command::new(exe)
-            .arg(&fin)
-            .arg(&fout)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "emulated kernels: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let bytes = std::fs::read(&fout).unwrap();
-        let _ = std::fs::remove_file(&fin);
-        let _ = std::fs::remove_file(&fout);
-        let v: Vec<f64> = bytes
-            .chunks(8)
-            .map(|w| f64::from_le_bytes(w.try_into().unwrap()))
-            .collect();
+        let v = run_emulated(exe, &buf);
         Emulated {
             out: v[..2 * b].to_vec(),
             flag: v[2 * b..3 * b].to_vec(),

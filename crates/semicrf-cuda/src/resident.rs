@@ -746,25 +746,7 @@ mod tests {
                 }
             }
         }
-        let dir = std::env::temp_dir();
-        let id = format!("{}-{:?}", std::process::id(), std::thread::current().id());
-        let (inp, out) = (
-            dir.join(format!("ck-in-{id}")),
-            dir.join(format!("ck-out-{id}")),
-        );
-        std::fs::write(&inp, &buf).unwrap();
-        let st = std::process::Command::new(exe)
-            .arg(&inp)
-            .arg(&out)
-            .status()
-            .unwrap();
-        assert!(st.success(), "the emulated check failed");
-        let bytes = std::fs::read(&out).unwrap();
-        let _ = (std::fs::remove_file(&inp), std::fs::remove_file(&out));
-        bytes
-            .chunks(8)
-            .map(|w| f64::from_le_bytes(w.try_into().unwrap()))
-            .collect()
+        crate::meet::tests::run_emulated(exe, &buf)
     }
 
     /// The kernel's words, assembled on the host, give the core's own bounds (bit for bit)

@@ -1204,3 +1204,42 @@ fn meet_backward(call: &Call<'_>, par: u64, upstream: &[f64]) -> Result<Outputs>
     };
     o.finish(call, log_z, tr, dur, upstream, Some((small.pst, small.pen)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::weighted;
+
+    /// `meet_sum` (`kernels/io.cu`), run on the CPU, sums the per-sweep marginals exactly as
+    /// the host's `weighted` does, bit for bit, in shapes of one and several thread blocks.
+    #[test]
+    fn meet_sum_is_the_hosts_weighted_sum() {
+        let exe = crate::meet::tests::build_emulator("semicrf-sum-emu", "sum_main.cpp", &[]);
+        let Some(exe) = exe else { return };
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 0.5
+        };
+        for (b, kc, cc) in [(1, 7, 9), (5, 300, 64), (3, 2400, 576)] {
+            let pdur: Vec<f64> = (0..b * 2 * kc).map(|_| next()).collect();
+            let ptr: Vec<f64> = (0..b * 2 * cc).map(|_| next()).collect();
+            let up: Vec<f64> = (0..b).map(|_| next() * 3.0).collect();
+            let mut buf = Vec::new();
+            for v in [b, kc, cc] {
+                buf.extend_from_slice(&(v as i64).to_le_bytes());
+            }
+            for v in pdur.iter().chain(&ptr).chain(&up) {
+                buf.extend_from_slice(&v.to_le_bytes());
+            }
+            let red = crate::meet::tests::run_emulated(&exe, &buf);
+            let want: Vec<f64> = weighted(&up, b, &[], kc, |_| true, &pdur)
+                .into_iter()
+                .chain(weighted(&up, b, &[], cc, |_| true, &ptr))
+                .collect();
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&red), bits(&want), "B {b}, K·C {kc}, C·C {cc}");
+        }
+    }
+}
