@@ -802,4 +802,23 @@ mod tests {
             }
         }
     }
+
+    /// The check kernel under ThreadSanitizer: thread 0 reads what the block's threads wrote
+    /// only after the barrier (a missing one is a reported race, which fails the run).
+    #[test]
+    fn the_check_kernel_has_no_data_race() {
+        let exe = crate::meet::tests::build_emulator(
+            "semicrf-check-tsan",
+            "check_main.cpp",
+            &["-fsanitize=thread", "-g"],
+        );
+        let Some(exe) = exe else { return };
+        let owned = random_problem(77, &GenSpec::new(2, 150, 4, 5).everything());
+        let p = owned.view().unwrap();
+        let shared = range::shared_bound(&p);
+        let start: Vec<f64> = owned.lengths.iter().map(|&l| shared.start(l)).collect();
+        let words = emulate(&exe, &owned, &start, false, 64);
+        let got = assemble(&words, 2, &NAMES, &shared);
+        assert_eq!(got, Checked::Bounds(p.magnitudes().to_vec()));
+    }
 }
