@@ -100,7 +100,9 @@
 //! - `cuda`: the CUDA streaming engine of `semicrf-cuda` for [`Device::Cuda`] (kernels
 //!   compiled by NVRTC at first use; a machine without a CUDA driver gets
 //!   [`Error::BackendUnavailable`] with the reason). Without this feature a CUDA device
-//!   reports [`Error::BackendUnavailable`] saying so.
+//!   reports [`Error::BackendUnavailable`] saying so. The crate itself is re-exported as
+//!   `semicrf::cuda`, for what only a GPU has: potentials already in device memory
+//!   (`cuda::DevicePotentials`), CUDA-event timing, device memory measurement.
 //! - `cli` (default): the `semicrf` command-line tool (`semicrf eval --input problem.json`),
 //!   which reads and writes the JSON interchange format of the specification.
 //! - `json` (part of `cli`): [`interchange`], the reader and writer of that format.
@@ -128,6 +130,9 @@ pub use semicrf_core::{
     position_marginals_from_edges, segments_from_labels, validate_segmentation,
 };
 pub use semicrf_core::{range, reference};
+/// The CUDA engines and what only they offer (see the `cuda` feature).
+#[cfg(feature = "cuda")]
+pub use semicrf_cuda as cuda;
 
 /// The default memory budget: 2 GiB of working memory per call.
 pub const DEFAULT_MEMORY_BUDGET: u64 = 2 << 30;
