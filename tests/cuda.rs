@@ -537,7 +537,7 @@ fn allocations_within_the_bound<F: semicrf_core::Scalar>(
 #[test]
 fn potentials_in_device_memory_match_host_potentials() {
     use semicrf_cuda::cudarc::driver::{CudaContext, DevicePtr};
-    use semicrf_cuda::{DeviceArray, DevicePotentials, Dtype};
+    use semicrf_cuda::{DeviceArray, Dtype};
     let Some(cuda) = gpu() else { return };
     let ctx = CudaContext::new(0).unwrap();
     let side = ctx.new_stream().unwrap();
@@ -567,12 +567,6 @@ fn potentials_in_device_memory_match_host_potentials() {
             let cast = owned.cast::<f32>();
             let widened = cast.cast::<f64>();
             let from = if f32 { &widened } else { &owned };
-            let (tr, du, st, en) = (
-                from.transition.clone(),
-                from.duration.clone(),
-                from.start.clone(),
-                from.end.clone(),
-            );
             let expect_mag = if f32 {
                 cast.view().unwrap().magnitudes().to_vec()
             } else {
@@ -618,26 +612,9 @@ fn potentials_in_device_memory_match_host_potentials() {
             // SAFETY: `sc` outlives every call below and is written by nothing else.
             let raw = unsafe { DeviceArray::from_raw(sc_ptr, n, dtype, side.cu_stream()) };
             for scores in [dev_array(&sc), raw] {
-                let mut pb = DevicePotentials::builder(scores, (b, t, c), &owned.lengths, k);
-                if let Some(x) = &tr {
-                    pb = pb.transition(x.view());
-                }
-                if let Some(x) = &du {
-                    pb = pb.duration(x.view());
-                }
-                if let Some(x) = &st {
-                    pb = pb.start(x.view());
-                }
-                if let Some(x) = &en {
-                    pb = pb.end(x.view());
-                }
-                if let Some(x) = &bb {
-                    pb = pb.begin_boundary(dev_array(x));
-                }
-                if let Some(x) = &eb {
-                    pb = pb.end_boundary(dev_array(x));
-                }
-                let p = pb.build(&cuda).unwrap();
+                let bounds = [bb.as_ref().map(dev_array), eb.as_ref().map(dev_array)];
+                let (dims, lens) = ((b, t, c), &owned.lengths[..]);
+                let p = build_on_device(&cuda, scores, bounds, lens, dims, k, Some(from)).unwrap();
                 assert_eq!(p.magnitudes(), &expect_mag[..], "{name}: magnitudes");
                 let db = cuda.backward_on_device(&p, &g).unwrap().to_host().unwrap();
                 assert_same_bits(&db, &hb, &format!("{name}: backward"));
@@ -685,7 +662,7 @@ fn bad_potentials_in_device_memory_are_refused() {
     let ok = stream.clone_htod(&vec![0.5f64; b * t * c]).unwrap();
     let ok32 = stream.clone_htod(&vec![0.5f32; b * t * c]).unwrap();
     let short = stream.clone_htod(&vec![0.5f64; b * t * c - 1]).unwrap();
-    let build = |s, bb, lens| build_on_device(&cuda, s, bb, lens, (b, t, c), k, None);
+    let build = |s, bb, lens| build_on_device(&cuda, s, [bb, None], lens, (b, t, c), k, None);
 
     assert!(matches!(
         build(DeviceArray::f64(&short), None, &lengths),
@@ -799,12 +776,12 @@ fn dev_array(x: &OnDevice) -> semicrf_cuda::DeviceArray<'_> {
     }
 }
 
-/// Scores and a begin boundary on the device, with the shared parameters of `params` (where
-/// given), checked.
+/// Scores and the begin and end boundaries given on the device, with the shared parameters
+/// of `params` (where given), checked.
 fn build_on_device<'a>(
     cuda: &CudaEngine,
     scores: semicrf_cuda::DeviceArray<'a>,
-    bb: Option<semicrf_cuda::DeviceArray<'a>>,
+    [bb, eb]: [Option<semicrf_cuda::DeviceArray<'a>>; 2],
     lengths: &'a [usize],
     dims: (usize, usize, usize),
     k: usize,
@@ -813,6 +790,9 @@ fn build_on_device<'a>(
     let mut pb = semicrf_cuda::DevicePotentials::builder(scores, dims, lengths, k);
     if let Some(x) = bb {
         pb = pb.begin_boundary(x);
+    }
+    if let Some(x) = eb {
+        pb = pb.end_boundary(x);
     }
     if let Some(p) = params {
         if let Some(x) = &p.transition {
@@ -866,7 +846,7 @@ fn large_copies_through_page_locked_memory_are_exact() {
         };
         let params = if f32 { &widened } else { &owned };
         let (dims, sc) = ((b, t, c), dev_array(&on));
-        let p = build_on_device(&cuda, sc, None, &lengths, dims, k, Some(params)).unwrap();
+        let p = build_on_device(&cuda, sc, [None, None], &lengths, dims, k, Some(params)).unwrap();
         let dev = cuda.backward_on_device(&p, &g).unwrap().to_host().unwrap();
         assert_same_bits(&dev, &host, &format!("f32={f32}: staged and plain copies"));
     }

@@ -137,6 +137,11 @@ impl SharedBound {
     pub fn largest_abs(&self) -> f64 {
         self.largest.as_ref().map_or(0.0, |l| l.value.abs())
     }
+
+    /// A sequence of length `len`'s bound before its position tensors.
+    pub fn start(&self, len: usize) -> f64 {
+        self.once + len as f64 * self.per_segment
+    }
 }
 
 /// The shared parameters' part of the bounds of `p` (transition, duration, start, end):
@@ -180,13 +185,6 @@ pub fn shared_bound<F: Scalar>(p: &Potentials<'_, F>) -> SharedBound {
         once: once_sum,
         per_segment: per_segment_sum,
         largest: once.at,
-    }
-}
-
-impl SharedBound {
-    /// A sequence of length `len`'s bound before its position tensors.
-    pub fn start(&self, len: usize) -> f64 {
-        self.once + len as f64 * self.per_segment
     }
 }
 
@@ -313,8 +311,16 @@ pub fn probability_limit(len: usize) -> f64 {
 /// [`check_probabilities`] where semiring `S` computes an entropy (the log and max semirings'
 /// forward passes need only [`SCORE_LIMIT`], checked when the potentials were built).
 pub fn check_semiring<S: crate::Semiring, F: Scalar>(problem: &Problem<'_, F>) -> Result<()> {
+    check_semiring_of::<S>(problem.magnitudes(), problem.lengths())
+}
+
+/// [`check_semiring`] for bounds computed elsewhere (for potentials held on a GPU).
+pub fn check_semiring_of<S: crate::Semiring>(
+    magnitudes: &[Magnitude],
+    lengths: &[usize],
+) -> Result<()> {
     if S::NAME == <crate::EntropySemiring as crate::Semiring>::NAME {
-        check_probabilities(problem)
+        check_probabilities_of(magnitudes, lengths)
     } else {
         Ok(())
     }

@@ -288,9 +288,7 @@ impl CudaEngine {
         p: &DevicePotentials<'_>,
     ) -> Result<Vec<S::Value>> {
         let gpu = self.resident(p)?;
-        if S::NAME == <semicrf_core::EntropySemiring as Semiring>::NAME {
-            semicrf_core::range::check_probabilities_of(p.magnitudes(), p.lengths())?;
-        }
+        semicrf_core::range::check_semiring_of::<S>(p.magnitudes(), p.lengths())?;
         let ring = self.ring::<S>()?;
         let backend = self.backend();
         p.wait_for_producers(&gpu, &backend)?;

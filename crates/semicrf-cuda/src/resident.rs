@@ -499,15 +499,18 @@ fn check_values(
     let rowmax = gpu.uninit::<f64>(b * t).map_err(err)?;
     let rowarg = gpu.uninit::<i32>(b * t).map_err(err)?;
     let rowbad = gpu.uninit::<i32>(b * t).map_err(err)?;
-    let ptr = |s: &CudaSlice<_>| s.device_ptr(&gpu.stream).0;
-    let (base, f) = (ptr(&out), gpu.function("check_input"));
+    let f = gpu.function("check_input");
+    let st = &gpu.stream;
+    let base = out.device_ptr(st).0;
+    let (len_at, rowmax_at) = (len.device_ptr(st).0, rowmax.device_ptr(st).0);
+    let (rowarg_at, rowbad_at) = (rowarg.device_ptr(st).0, rowbad.device_ptr(st).0);
     for (i, (_, a)) in arrays.iter().enumerate() {
         let args = CArgs {
             x: a.ptr,
-            len: len.device_ptr(&gpu.stream).0,
-            rowmax: rowmax.device_ptr(&gpu.stream).0,
-            rowarg: rowarg.device_ptr(&gpu.stream).0,
-            rowbad: rowbad.device_ptr(&gpu.stream).0,
+            len: len_at,
+            rowmax: rowmax_at,
+            rowarg: rowarg_at,
+            rowbad: rowbad_at,
             bound: base,
             out: base + 8 * (b + i * b * OUT) as u64,
             t: t as i64,

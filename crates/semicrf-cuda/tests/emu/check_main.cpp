@@ -14,20 +14,7 @@
 #include <vector>
 
 #include "semiring.cuh"
-// The other kernel of the file (meet_sum) only compiles here: these are its intrinsics.
-inline double __dadd_rn(double a, double b) { return a + b; }
-inline double __dmul_rn(double a, double b) { return a * b; }
 #include "io.cu"
-
-template <class T>
-static std::vector<T> rd(FILE* f, size_t n) {
-    std::vector<T> v(n);
-    if (n && fread(v.data(), sizeof(T), n, f) != n) {
-        fprintf(stderr, "short input\n");
-        exit(2);
-    }
-    return v;
-}
 
 int main(int argc, char** argv) {
     if (argc != 3) {
@@ -36,14 +23,14 @@ int main(int argc, char** argv) {
     }
     FILE* in = fopen(argv[1], "rb");
     if (!in) return 2;
-    const auto h = rd<long long>(in, 6);
+    const auto h = emu::read<long long>(in, 6);
     const long long B = h[0], T = h[1], C = h[2], f32in = h[3], threads = h[4], n = h[5];
-    const auto len = rd<long long>(in, B);
-    auto words = rd<double>(in, B);
+    const auto len = emu::read<long long>(in, B);
+    auto words = emu::read<double>(in, B);
     words.resize(B + n * B * 6);
     std::vector<std::vector<char>> arrays;
     const size_t bytes = (size_t)(B * T * C) * (f32in ? 4 : 8);
-    for (long long i = 0; i < n; ++i) arrays.push_back(rd<char>(in, bytes));
+    for (long long i = 0; i < n; ++i) arrays.push_back(emu::read<char>(in, bytes));
     fclose(in);
     std::vector<double> rowmax(B * T);
     std::vector<int> rowarg(B * T), rowbad(B * T);

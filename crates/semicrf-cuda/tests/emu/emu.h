@@ -1,5 +1,5 @@
-// A CPU emulation of the CUDA features that kernels/meet.cu uses, so that its kernels run (and
-// are tested) on machines without a GPU: each thread of a block is a std::thread, blocks run
+// A CPU emulation of the CUDA features that kernels/meet.cu and kernels/io.cu use, so that
+// their kernels run (and are tested) on machines without a GPU: each thread of a block is a std::thread, blocks run
 // one after the other, __syncthreads is a block barrier, warp votes, shuffles and __syncwarp
 // go through per-warp exchange slots guarded by barriers over the lanes of their mask, and
 // dynamic shared memory is a per-block buffer (filled with NaN, so that a read of a word never
@@ -8,6 +8,8 @@
 #pragma once
 #include <barrier>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -136,6 +138,23 @@ T __ldg(const T* p) { return *p; }
 inline long long __double_as_longlong(double x) { long long r; std::memcpy(&r, &x, 8); return r; }
 inline double __longlong_as_double(long long x) { double r; std::memcpy(&r, &x, 8); return r; }
 inline float __int_as_float(int x) { float r; std::memcpy(&r, &x, 4); return r; }
+// CUDA's correctly rounded operations, which IEEE double arithmetic is (C++20 in ISO mode
+// does not fuse them).
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+
+namespace emu {
+// `n` values of type T from `f` (the mains' inputs); exits with status 2 on a short file.
+template <class T>
+std::vector<T> read(FILE* f, size_t n) {
+    std::vector<T> v(n);
+    if (n && fread(v.data(), sizeof(T), n, f) != n) {
+        fprintf(stderr, "short input\n");
+        exit(2);
+    }
+    return v;
+}
+}  // namespace emu
 inline int atomicOr(int* p, int v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 inline int atomicMax(int* p, int v) {
     int cur = __atomic_load_n(p, __ATOMIC_SEQ_CST);

@@ -31,16 +31,6 @@ struct Set {
             meet_bwd_log##N, meet_bwd_log##N##_r                                         \
     }
 
-template <class T>
-static std::vector<T> rd(FILE* f, size_t n) {
-    std::vector<T> v(n);
-    if (n && fread(v.data(), sizeof(T), n, f) != n) {
-        fprintf(stderr, "short input\n");
-        exit(2);
-    }
-    return v;
-}
-
 int main(int argc, char** argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: meet_main INPUT OUTPUT\n");
@@ -48,7 +38,7 @@ int main(int argc, char** argv) {
     }
     FILE* in = fopen(argv[1], "rb");
     if (!in) return 2;
-    const auto h = rd<long long>(in, 15);
+    const auto h = emu::read<long long>(in, 15);
     const long long B = h[0], T = h[1], K = h[2], C = h[3], H = h[4], ch = h[5], threads = h[6];
     const bool ring_a = h[7], ring_b = h[8], backward = h[11], has_bb = h[12], has_eb = h[13];
     const size_t bytes_a = h[9], bytes_b = h[10];
@@ -56,14 +46,14 @@ int main(int argc, char** argv) {
                     : h[14] == 16 ? MT_SET(_c16)
                     : h[14] == 32 ? MT_SET(_c32)
                                   : MT_SET();
-    const auto len = rd<long long>(in, B);
+    const auto len = emu::read<long long>(in, B);
     const size_t btc = B * T * C;
-    const auto sc = rd<double>(in, btc);
-    const auto bb = rd<double>(in, has_bb ? btc : 0);
-    const auto eb = rd<double>(in, has_eb ? btc : 0);
-    const auto npar = rd<long long>(in, 1);
-    const auto par = rd<double>(in, npar[0]);
-    const auto up = rd<double>(in, B);
+    const auto sc = emu::read<double>(in, btc);
+    const auto bb = emu::read<double>(in, has_bb ? btc : 0);
+    const auto eb = emu::read<double>(in, has_eb ? btc : 0);
+    const auto npar = emu::read<long long>(in, 1);
+    const auto par = emu::read<double>(in, npar[0]);
+    const auto up = emu::read<double>(in, B);
     fclose(in);
 
     const long long S = (K + MT_P) * C + 10 * C + 4;

@@ -12,20 +12,7 @@
 #include <vector>
 
 #include "semiring.cuh"
-// CUDA's correctly rounded operations, which IEEE double arithmetic is.
-inline double __dadd_rn(double a, double b) { return a + b; }
-inline double __dmul_rn(double a, double b) { return a * b; }
 #include "io.cu"
-
-template <class T>
-static std::vector<T> rd(FILE* f, size_t n) {
-    std::vector<T> v(n);
-    if (n && fread(v.data(), sizeof(T), n, f) != n) {
-        fprintf(stderr, "short input\n");
-        exit(2);
-    }
-    return v;
-}
 
 int main(int argc, char** argv) {
     if (argc != 3) {
@@ -34,11 +21,11 @@ int main(int argc, char** argv) {
     }
     FILE* in = fopen(argv[1], "rb");
     if (!in) return 2;
-    const auto h = rd<long long>(in, 3);
+    const auto h = emu::read<long long>(in, 3);
     const long long B = h[0], KC = h[1], CC = h[2];
-    const auto pdur = rd<double>(in, B * 2 * KC);
-    const auto ptr = rd<double>(in, B * 2 * CC);
-    const auto up = rd<double>(in, B);
+    const auto pdur = emu::read<double>(in, B * 2 * KC);
+    const auto ptr = emu::read<double>(in, B * 2 * CC);
+    const auto up = emu::read<double>(in, B);
     fclose(in);
     std::vector<double> red(KC + CC);
     const unsigned block = 256, grid = (unsigned)((KC + CC + block - 1) / block);
