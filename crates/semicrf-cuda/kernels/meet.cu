@@ -217,6 +217,16 @@ struct Sweep {
     // label width, `mt_fast`)
     int b, side, L, K, RK, C, C4, m, C2;
     int j;
+    // Fixed for the whole sweep, so that the blocks of steps divide nothing (`mt_plan`): the
+    // slot of the block's first step t0 (t0 mod RK); this thread's place in phase 1 (its
+    // group g of gp lanes, lane l, the group count, its first item k·C + j and the step
+    // (dk, dj) between its items) and in the loops over (label, duration) and (label, label)
+    // pairs (its first pair and the step between its pairs); whether a label's entries wait
+    // for a rebase (`mt_rebase`).
+    int tm;
+    int p1g, p1l, p1gp, p1n, p1k, p1j, p1dk, p1dj;
+    int kj, kd, kdj, kdd, ci, cc, cdi, cdc;
+    bool rb;
     bool act;  // thread j is a label's
     // label j's state (thread j): G = gm·2^gx, 1/G = gim·2^-gx, G before the last update
     // gmo·2^gxo (the mantissas stay within 2^±32: G itself may be far out of range in a block)
@@ -365,6 +375,41 @@ __device__ __forceinline__ void mt_place(Sweep& w) {
     if (!RS) w.ring = w.a.ring + ((i64)w.b * 2 + w.side) * w.RK * w.C;
 }
 
+// (q / n, q % n) and (step / n, step % n), once.
+__device__ __forceinline__ void mt_split(int q, int step, int n, int& a, int& b, int& da,
+                                         int& db) {
+    a = q / n;
+    b = q % n;
+    da = step / n;
+    db = step % n;
+}
+
+// Advances (a, b) = (q / n, q % n) by a step (da, db) = (step / n, step % n).
+__device__ __forceinline__ void mt_next(int& a, int& b, int da, int db, int n) {
+    a += da;
+    b += db;
+    if (b >= n) {
+        b -= n;
+        ++a;
+    }
+}
+
+// The sweep's fixed places of this thread (`Sweep::tm` ...) for steps from `tfirst` on.
+__device__ void mt_plan(Sweep& w, int tfirst) {
+    const int K = w.K, C = w.C, nt = blockDim.x;
+    w.tm = mt_mod(tfirst, w.RK);
+    int gp = 1;
+    while (gp * 2 <= 32 && gp * 2 <= K && gp * 2 * MT_P * C <= nt) gp *= 2;
+    w.p1gp = gp;
+    w.p1g = threadIdx.x / gp;
+    w.p1l = threadIdx.x % gp;
+    w.p1n = nt / gp;
+    mt_split(w.p1g, w.p1n, C, w.p1k, w.p1j, w.p1dk, w.p1dj);
+    mt_split(threadIdx.x, nt, K, w.kj, w.kd, w.kdj, w.kdd);
+    mt_split(threadIdx.x, nt, C, w.ci, w.cc, w.cdi, w.cdc);
+    w.rb = true;
+}
+
 // The side's Tl and the first P+1 duration weights into shared memory (all threads; the
 // caller synchronises).
 __device__ void mt_params(Sweep& w) {
@@ -381,15 +426,17 @@ __device__ void mt_params(Sweep& w) {
 // block: the entries of starts lo .. t0-2 that later steps may read are multiplied by G (all
 // threads); the newest start whose entry fell below 2^-800 goes to newest[j].
 __device__ void mt_rebase(Sweep& w, int t0) {
+    if (!w.rb) return;
     const int K = w.K, RK = w.RK, C = w.C;
-    for (int x = threadIdx.x; x < K * C; x += blockDim.x) {
-        const int j = x / K, k = x % K;
+    int j = w.kj, k = w.kd;
+    for (int x = threadIdx.x; x < K * C; x += blockDim.x, mt_next(j, k, w.kdj, w.kdd, K)) {
         const double g = w.rfm[j];
         if (g == 0.0) continue;
         const int lo = t0 - 1 - K > w.flo[j] ? t0 - 1 - K : w.flo[j];
         const int s = t0 - 2 - k;  // every start of the window once
         if (s < lo || s < 0) continue;
-        double* e = &w.ring[(i64)j * RK + mt_mod(s, RK)];
+        const int slot = w.tm - 2 - k;  // s mod RK (k < K, RK >= K + 2)
+        double* e = &w.ring[(i64)j * RK + (slot < 0 ? slot + RK : slot)];
         double v = mt_mulp2(*e * g, w.rfx[j]);
         if (v > 0.0 && v < mt_etiny()) {
             v = 0.0;
@@ -406,14 +453,12 @@ __device__ void mt_rebase(Sweep& w, int t0) {
 // 32) split each sum, lane l taking starts t0-2-l, t0-2-l-gp, ...; every warp runs the same
 // number of rounds. The ring wraps at most once over a window: two runs of slots.
 __device__ void mt_phase1(Sweep& w, int t0, int n) {
-    const int K = w.K, RK = w.RK, C = w.C, P = MT_P, nt = blockDim.x;
-    int gp = 1;
-    while (gp * 2 <= 32 && gp * 2 <= K && gp * 2 * P * C <= nt) gp *= 2;
-    const int g = threadIdx.x / gp, l = threadIdx.x % gp, groups = nt / gp;
-    const int hi = t0 - 2, sh = mt_mod(hi, RK);  // the newest start and its slot
-    for (int q0 = 0; q0 < P * C; q0 += groups) {
+    const int K = w.K, RK = w.RK, C = w.C, P = MT_P;
+    const int gp = w.p1gp, g = w.p1g, l = w.p1l, groups = w.p1n;
+    const int hi = t0 - 2, sh = w.tm >= 2 ? w.tm - 2 : w.tm - 2 + RK;  // the newest start, its slot
+    int k = w.p1k, j = w.p1j;
+    for (int q0 = 0; q0 < P * C; q0 += groups, mt_next(k, j, w.p1dk, w.p1dj, C)) {
         const int q = q0 + g;
-        const int k = q / C, j = q % C;
         double s0 = 0.0, s1 = 0.0;
         if (q < P * C && k < n) {
             const int t = t0 + k;
@@ -449,11 +494,13 @@ __device__ void mt_phase1(Sweep& w, int t0, int n) {
 // j]·cB_t(j)); accumulator (j, d) and (i, j) each owned by one thread.
 __device__ void mt_phase3(Sweep& w, int t0, int n) {
     const int K = w.K, RK = w.RK, C = w.C;
-    for (int x = threadIdx.x; x < K * C; x += blockDim.x) {
-        const int j = x / K, d = x % K + 1;
+    int j = w.kj, d1 = w.kd;
+    for (int x = threadIdx.x; x < K * C; x += blockDim.x, mt_next(j, d1, w.kdj, w.kdd, K)) {
+        const int d = d1 + 1;
         if (d < 2) continue;
         const double* rj = w.ring + (i64)j * RK;
-        int idx = mt_mod(t0 - d, RK);  // the slot of start t0 - d (step k: + k)
+        int idx = w.tm - d;  // the slot of start t0 - d (step k: + k); d <= K < RK
+        idx = idx < 0 ? idx + RK : idx;
         double s = 0.0;
         for (int k = 0; k < n; ++k) {
             const int st = t0 + k - d;
@@ -462,8 +509,9 @@ __device__ void mt_phase3(Sweep& w, int t0, int n) {
         }
         w.pd[(d - 1) * C + j] += s * __ldg(&w.p.wl[j * K + d - 1]);
     }
-    for (int x = threadIdx.x; x < C * C; x += blockDim.x) {
-        const int i = x / C, j = x % C;
+    int i = w.ci;
+    j = w.cc;
+    for (int x = threadIdx.x; x < C * C; x += blockDim.x, mt_next(i, j, w.cdi, w.cdc, C)) {
         double s = 0.0;
         for (int k = 0; k < n; ++k)
             if (t0 + k >= 2) s += w.A[k * w.C4 + i] * w.cbs[k * C + j];
@@ -829,7 +877,7 @@ __device__ __forceinline__ int mt_fast(Sweep& w, Blk& bk, int t0, int n, int r0,
     }
 #pragma unroll
     for (int d = 0; d <= P; ++d) wr[d] = w.wd[d * C + jj];
-    int slot = mt_mod(t0 - 1, w.RK);
+    int slot = w.tm >= 1 ? w.tm - 1 : w.RK - 1;  // the slot of start t0 - 1
 #pragma unroll
     for (int k = 0; k < P; ++k) {
         if (k >= n) return n;
@@ -883,7 +931,7 @@ __device__ __forceinline__ int mt_fast(Sweep& w, Blk& bk, int t0, int n, int r0,
 // Phase 2 of a block: steps k < n, one after the other (the first ones by `mt_fast` where
 // the kernel is compiled for a label width CT).
 template <int MODE, int CT>
-__device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 EZ, double kz,
+__device__ __forceinline__ bool mt_phase2(Sweep& w, int t0, int n, int r0, i64 EZ, double kz,
                                           double& mu, double& ep) {
     Blk bk;
     bk.hf = 1.0;
@@ -904,18 +952,22 @@ __device__ __forceinline__ void mt_phase2(Sweep& w, int t0, int n, int r0, i64 E
     }
     int k0 = 0;
     if constexpr (CT > 0) k0 = mt_fast<MODE, CT>(w, bk, t0, n, r0, EZ, kz, mu, ep);
-    int slot = mt_mod(t0 - 1 + k0, w.RK);  // the ring slot of start t-1
+    int slot = w.tm - 1 + k0;  // the ring slot of start t-1 (k0 <= P < RK)
+    slot = slot < 0 ? slot + w.RK : slot >= w.RK ? slot - w.RK : slot;
     for (int k = k0; k < n; ++k) {
         mt_step<MODE>(w, bk, t0, k, r0 + k, slot, EZ, kz, mu, ep);
         slot = slot + 1 == w.RK ? 0 : slot + 1;
     }
+    bool rb = false;
     if (w.act) {
         if (w.gx > MT_RB || w.gx < -MT_RB) {
             w.rfm[w.j] = w.gm;
             w.rfx[w.j] = w.gx;
+            rb = true;
         }
         w.flo[w.j] = w.floor;
     }
+    return rb;
 }
 
 // Steps tfirst .. tlast of a sweep, in blocks of MT_P. Before it: A[0] and ER[0] hold the
@@ -925,9 +977,9 @@ __device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, doubl
                        double& ep, const double* oal, const double* ou, const i64* oex,
                        const double* oerm) {
     const int C = w.C, P = MT_P;
-    for (int t0 = tfirst; t0 <= tlast; t0 += P) {
+    mt_plan(w, tfirst);
+    for (int t0 = tfirst, r0 = 0; t0 <= tlast; t0 += P, r0 = r0 + P == w.a.ch ? 0 : r0 + P) {
         const int n = tlast - t0 + 1 < P ? tlast - t0 + 1 : P;
-        const int r0 = (t0 - tfirst) % w.a.ch;
         __syncthreads();
         if (r0 == 0) w.stage(t0, MODE == MT_MARG, oal, ou, oex, oerm);
         if (t0 > tfirst) {
@@ -943,8 +995,9 @@ __device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, doubl
         for (int x = threadIdx.x; x < P; x += blockDim.x) w.anyer[x + 1] = 0;
         mt_phase1(w, t0, n);
         __syncthreads();
-        if (threadIdx.x < w.C2) mt_phase2<MODE, CT>(w, t0, n, r0, EZ, kz, mu, ep);
-        __syncthreads();
+        bool rb = false;
+        if (threadIdx.x < w.C2) rb = mt_phase2<MODE, CT>(w, t0, n, r0, EZ, kz, mu, ep);
+        w.rb = __syncthreads_or(rb);
         if (MODE == MT_MARG) mt_phase3(w, t0, n);
         if (n < P) {
             // A short last block: its final row where a full block's would be.
@@ -954,6 +1007,7 @@ __device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, doubl
                 w.ER[P * w.C4 + x] = w.ER[n * w.C4 + x];
             }
         }
+        w.tm = w.tm + P >= w.RK ? w.tm + P - w.RK : w.tm + P;
     }
     __syncthreads();
 }
@@ -1339,9 +1393,14 @@ __device__ void meet_b(const MArgs& a) {
 // One kernel per placement of the ring (suffix _r: shared memory), so that shared memory is
 // addressed directly, and per label width: the general kernels (any C up to 64), and with
 // MT_CT = 8, 16 or 32 defined, those with phase 2 compiled for that width (suffix _cN;
-// `mt_fast`), whose rows are padded to it. MT_ALL defines them all.
-#ifndef MT_LB
+// `mt_fast`), whose rows are padded to it. MT_ALL defines them all. Each module is compiled
+// for one MT_P (steps a block: 8 for the general kernels, 8 or 16 for the others).
+#ifndef MT_LB  // the most threads a block (`max_threads` of src/meet.rs)
+#if MT_P > 8
+#define MT_LB 256
+#else
 #define MT_LB 512
+#endif
 #endif
 #define MT_K extern "C" __global__ void __launch_bounds__(MT_LB)
 #define MT_KERNELS(N, CT)                                                 \
@@ -1351,9 +1410,11 @@ __device__ void meet_b(const MArgs& a) {
     MT_K meet_save_log##N##_r(MArgs a) { meet_a<MT_SAVE, true, CT>(a); } \
     MT_K meet_bwd_log##N(MArgs a) { meet_b<false, CT>(a); }              \
     MT_K meet_bwd_log##N##_r(MArgs a) { meet_b<true, CT>(a); }
+// Every module has its own meet_z_log: it reads the states its sweeps saved, whose layout
+// depends on MT_P.
+MT_K meet_z_log(MArgs a) { meet_z(a); }
 #if !defined(MT_CT) || defined(MT_ALL)
 MT_KERNELS(, 0)
-MT_K meet_z_log(MArgs a) { meet_z(a); }
 #endif
 #if MT_CT == 8 || defined(MT_ALL)
 MT_KERNELS(_c8, 8)

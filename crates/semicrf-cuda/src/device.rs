@@ -54,16 +54,17 @@ pub(crate) const KERNELS: [&str; 23] = [
 /// shared memory).
 const WIDE_KERNELS: [&str; 3] = ["meet_fwd_log", "meet_save_log", "meet_bwd_log"];
 
-/// The kernels of label width `ct`.
+/// The kernels of label width `ct` (and the module's own `meet_z_log`).
 pub(crate) fn wide_kernels(ct: usize) -> Vec<String> {
     WIDE_KERNELS
         .iter()
         .flat_map(|k| [format!("{k}_c{ct}"), format!("{k}_c{ct}_r")])
+        .chain(["meet_z_log".to_string()])
         .collect()
 }
 
-/// The kernels of one label width: compiled when first used (NVRTC takes a few seconds
-/// for each), or why they could not be.
+/// The kernels of one label width and number of steps a block: compiled when first used
+/// (NVRTC takes a few seconds for each), or why they could not be.
 type Wide = std::result::Result<HashMap<String, CudaFunction>, String>;
 
 /// One opened device: its context, the stream every call runs on, and the kernels.
@@ -75,7 +76,7 @@ pub(crate) struct Gpu {
     /// The virtual architecture the kernels are compiled for (`compute_90`, ...).
     arch: String,
     /// The kernels of each label width compiled so far.
-    wide: Mutex<HashMap<usize, Wide>>,
+    wide: Mutex<HashMap<(usize, usize), Wide>>,
     /// The most dynamic shared memory a block may use (bytes), opted in for every kernel.
     pub(crate) smem_limit: usize,
     /// Calls on one device are serialised: they share the stream and its buffers' order.
@@ -196,26 +197,31 @@ impl Gpu {
         }
     }
 
-    /// A kernel of [`KERNELS`] (`ct` 0) or of [`wide_kernels`]`(ct)`, the latter compiled
-    /// and loaded with the rest of their width on first use.
+    /// A kernel of [`KERNELS`] (`ct` 0, compiled for [`crate::meet::STEPS`] steps a block)
+    /// or of [`wide_kernels`]`(ct)` for `p` steps a block, the latter compiled and loaded
+    /// with the rest of their module on first use.
     pub(crate) fn function_or_wide(
         &self,
         name: &str,
         ct: usize,
+        p: usize,
     ) -> std::result::Result<CudaFunction, String> {
         if ct == 0 {
+            if p != crate::meet::STEPS {
+                return Err(format!("the general kernels take no {p} steps a block"));
+            }
             return Ok(self.function(name).clone());
         }
         let mut wide = self.wide.lock().unwrap_or_else(|p| p.into_inner());
-        let set = wide.entry(ct).or_insert_with(|| {
-            let ptx = compile_wide(&self.arch, ct)?;
+        let set = wide.entry((ct, p)).or_insert_with(|| {
+            let ptx = compile_wide(&self.arch, ct, p)?;
             load(&self.ctx, ptx, wide_kernels(ct), self.smem_limit as i32).map(|(_, f)| f)
         });
         match set {
             Ok(f) => f
                 .get(name)
                 .cloned()
-                .ok_or_else(|| format!("no kernel {name} of width {ct}")),
+                .ok_or_else(|| format!("no kernel {name} of width {ct}, {p} steps a block")),
             Err(e) => Err(e.clone()),
         }
     }
@@ -284,33 +290,38 @@ pub(crate) fn gpu(ordinal: usize, backend: &str) -> Result<Arc<Gpu>> {
 /// The kernels compiled by NVRTC for a virtual architecture (`compute_90`, ...), as PTX the
 /// driver finishes for the device.
 pub(crate) fn compile(arch: &str) -> std::result::Result<Ptx, String> {
-    nvrtc(arch, SOURCES.concat(), "semicrf_streaming.cu", None)
+    nvrtc(arch, SOURCES.concat(), "semicrf_streaming.cu", Vec::new())
         .map_err(|e| format!("NVRTC could not compile the kernels: {e}"))
 }
 
-/// The kernels of `kernels/meet.cu` of label width `ct` ([`wide_kernels`]), as [`compile`].
-pub(crate) fn compile_wide(arch: &str, ct: usize) -> std::result::Result<Ptx, String> {
+/// The kernels of `kernels/meet.cu` of label width `ct` and `p` steps a block
+/// ([`wide_kernels`]), as [`compile`].
+pub(crate) fn compile_wide(arch: &str, ct: usize, p: usize) -> std::result::Result<Ptx, String> {
     let src = [SOURCES[0], SOURCES[3]].concat();
     nvrtc(
         arch,
         src,
-        &format!("semicrf_meet_c{ct}.cu"),
-        Some(format!("-DMT_CT={ct}")),
+        &format!("semicrf_meet_c{ct}_p{p}.cu"),
+        vec![format!("-DMT_CT={ct}"), format!("-DMT_P={p}")],
     )
-    .map_err(|e| format!("NVRTC could not compile the kernels of width {ct}: {e}"))
+    .map_err(|e| format!("NVRTC could not compile the kernels of width {ct}, {p} steps: {e}"))
 }
 
-/// `src` (named `name` in NVRTC's messages) compiled for `arch`, with one more option.
+/// `src` (named `name` in NVRTC's messages) compiled for `arch`, with the options `extra` and
+/// those of `SEMICRF_CUDA_NVRTC_FLAGS` (whitespace-separated; for profiling, `-lineinfo` maps
+/// Nsight Compute's samples to lines of `name`).
 fn nvrtc(
     arch: &str,
     src: String,
     name: &str,
-    extra: Option<String>,
+    extra: Vec<String>,
 ) -> std::result::Result<Ptx, String> {
+    let env = std::env::var("SEMICRF_CUDA_NVRTC_FLAGS").unwrap_or_default();
     let opts = CompileOptions {
         options: [format!("--gpu-architecture={arch}"), "-std=c++17".into()]
             .into_iter()
             .chain(extra)
+            .chain(env.split_whitespace().map(String::from))
             .collect(),
         name: Some(name.into()),
         ..Default::default()
@@ -424,7 +435,8 @@ mod tests {
                 );
             }
             for ct in crate::meet::WIDTHS {
-                let ptx = match compile_wide(arch, ct) {
+                let p = crate::meet::STEPS_WIDE;
+                let ptx = match compile_wide(arch, ct, p) {
                     Ok(p) => p.to_src(),
                     Err(e) => panic!("{arch}: {e}"),
                 };

@@ -60,7 +60,9 @@
 //! sequential block of 8 steps unrolled, each label's column of the transition, its first
 //! duration weights and its new entries in registers. They compute every value in the same
 //! order as the general kernels, so results are bitwise the same (a test compares them);
-//! `SEMICRF_CUDA_FAST=0` in the environment selects the general kernels, for comparison.
+//! `SEMICRF_CUDA_FAST=0` in the environment selects the general kernels, for comparison;
+//! `SEMICRF_CUDA_NVRTC_FLAGS` adds options to NVRTC (`-lineinfo` lets Nsight Compute map its
+//! samples to lines of the kernels).
 //!
 //! **Everything else** (max and entropy, `(K, C, C)` transitions, more than 64 labels, and the
 //! reruns): one thread block per sequence walks the positions in order in the log domain;
@@ -80,7 +82,7 @@
 //! add), and [`CudaEngine::measure_memory`] measures a call: at S5 (1, 16384, 127, 4), f32, a
 //! forward+backward allocates 2.78 MB against a bound of 3.84 MB (flash-semicrf 0.2.0: 3.21
 //! MB). On an H100 (2026-11-25, whole calls, f32) a forward+backward takes 0.27 ms at S1,
-//! 4.5 ms at S4, 15 ms at S5, 3.5 ms at S6 and 1.65 s at S8 (1, 100000, 1000, 24); the README
+//! 3.5–4.1 ms at S4, 13 ms at S5, 4.2 ms at S6 and 1.58 s at S8 (1, 100000, 1000, 24); the README
 //! compares them with the CPU engine and flash-semicrf.
 //!
 //! **Copies.** A call's inputs go to the device in two copies and its small results come

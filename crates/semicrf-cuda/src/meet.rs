@@ -51,15 +51,27 @@ pub(crate) struct MArgs {
 // SAFETY: a plain `repr(C)` block of integers, laid out as the kernels' `struct MArgs`.
 unsafe impl DeviceRepr for MArgs {}
 
-/// Steps a block of the kernels' sweeps (`MT_P` of `kernels/meet.cu`).
-pub(crate) const P: usize = 8;
+/// Steps a block of the kernels' sweeps (`MT_P` of `kernels/meet.cu`): [`STEPS_WIDE`] in the
+/// kernels of a label width where their shared memory still holds the ring (each block of
+/// steps has the same barriers and fixed costs, so longer blocks cost less a step: on an
+/// H100, 3.6 against 4.3 ms at S4), else [`STEPS`], which the general kernels are compiled
+/// for alone ([`steps`]).
+pub(crate) const STEPS: usize = 8;
+
+/// See [`STEPS`].
+pub(crate) const STEPS_WIDE: usize = 16;
 
 /// The most labels the kernels take (one thread a label in phase 2, and their shared memory
 /// holds the C×C transition); more labels run in the log domain.
 pub(crate) const MAX_LABELS: usize = 64;
 
-/// The most threads a block of these kernels has (their `__launch_bounds__`).
-pub(crate) const MAX_THREADS: usize = 512;
+/// The most threads a block of the kernels of `p` steps a block has (their
+/// `__launch_bounds__`, `MT_LB`): 512 for [`STEPS`], whose phases 1 and 3 then split large
+/// K·C best (S8: 1.65 against 2.5 s with 256); 256 for [`STEPS_WIDE`], whose unrolled phase
+/// 2 needs the registers (S4: 3.6 against 4.3 ms with 512).
+pub(crate) fn max_threads(p: usize) -> usize {
+    if p > STEPS { 256 } else { 512 }
+}
 
 /// The largest magnitude of a finite parameter the kernels take (nats; they check scores
 /// and boundaries against the same bound, `MT_RANGE`).
@@ -76,21 +88,21 @@ fn items_per_thread() -> usize {
 }
 
 /// Threads per block for `K`, `C`, or `None` beyond [`MAX_LABELS`]: enough that phases 1
-/// and 3 (P·K·C window terms a block of steps) give each thread about
+/// and 3 (p·K·C window terms a block of `p` steps) give each thread about
 /// [`items_per_thread`] of them, at least one thread a label (whole warps), at most
-/// [`MAX_THREADS`].
-pub(crate) fn plan(k: usize, c: usize) -> Option<usize> {
-    plan_with(k, c, items_per_thread())
+/// [`max_threads`].
+pub(crate) fn plan(k: usize, c: usize, p: usize) -> Option<usize> {
+    plan_with(k, c, items_per_thread(), p)
 }
 
 /// [`plan`] for a given number of window terms per thread.
-pub(crate) fn plan_with(k: usize, c: usize, items: usize) -> Option<usize> {
+pub(crate) fn plan_with(k: usize, c: usize, items: usize, p: usize) -> Option<usize> {
     if c == 0 || c > MAX_LABELS {
         return None;
     }
     let labels = c.div_ceil(32) * 32;
-    let want = (P * k * c).div_ceil(items).next_power_of_two();
-    Some(want.clamp(32, MAX_THREADS).max(labels))
+    let want = (p * k * c).div_ceil(items).next_power_of_two();
+    Some(want.clamp(32, max_threads(p)).max(labels))
 }
 
 /// The label widths the kernels are also compiled for (`MT_CT` of `kernels/meet.cu`: phase 2
@@ -118,17 +130,27 @@ pub(crate) struct Layout {
     pub ring: bool,
     /// Dynamic shared memory, bytes.
     pub bytes: usize,
+    /// Steps a block ([`steps`]).
+    pub p: usize,
 }
 
 /// The shared-memory layout for `K`, `C` within `limit` bytes (`marg`: the second halves,
-/// which also stage the other sweep's rows): the most staged steps (64 down to 8) that keep
-/// the ring in shared memory, else the most without it.
+/// which also stage the other sweep's rows): the most staged steps (64 down to one block of
+/// steps) that keep the ring in shared memory, else the most without it.
 pub(crate) fn layout(k: usize, c: usize, limit: usize, marg: bool) -> Layout {
-    layout_with(k, c, limit, marg, true, width(c))
+    let ct = width(c);
+    layout_with(k, c, limit, marg, true, ct, steps(k, c, limit, ct))
+}
+
+/// Steps a block of the kernels of width `ct` for `K`, `C` within `limit` bytes of shared
+/// memory ([`STEPS`]): the same for both kernels of a backward pass, which share the state.
+pub(crate) fn steps(k: usize, c: usize, limit: usize, ct: usize) -> usize {
+    let wide = ct > 0 && layout_with(k, c, limit, true, true, ct, STEPS_WIDE).ring;
+    if wide { STEPS_WIDE } else { STEPS }
 }
 
 /// [`layout`], with the ring kept out of shared memory unless `ring`, for the kernels of
-/// width `ct` (for tests).
+/// width `ct` and `p` steps a block (for tests).
 pub(crate) fn layout_with(
     k: usize,
     c: usize,
@@ -136,19 +158,23 @@ pub(crate) fn layout_with(
     marg: bool,
     ring: bool,
     ct: usize,
+    p: usize,
 ) -> Layout {
     let words = limit / 8;
-    let ring_words = (k + P) * c;
+    let ring_words = (k + p) * c;
     // The kernels' header (`Sweep`): α̃ rows and bounds (C rounded up to 4, or to the
     // kernels' width), H, G·Q0, cB, the block's entries, Tl (rows padded likewise), the first
     // P+1 weights, the rebase factors, then the int words (row flags, window starts, rebase
     // exponents, flags).
     let c4 = if ct > 0 { ct } else { c.div_ceil(4) * 4 };
     let header =
-        2 * (P + 1) * c4 + 4 * P * c + c4 * c + (P + 1) * c + c + (P + 4 + P * c + 3 * c) / 2;
+        2 * (p + 1) * c4 + 4 * p * c + c4 * c + (p + 1) * c + c + (p + 4 + p * c + 3 * c) / 2;
     let base = |ch: usize| header + 4 * ch * c + if marg { 2 * ch * c + 4 * ch } else { 0 };
-    let top = (4096 / c.max(1)).clamp(P, 64);
-    let chs: Vec<usize> = (0..4).map(|i| 64 >> i).filter(|&ch| ch <= top).collect();
+    let top = (4096 / c.max(1)).clamp(p, 64);
+    let chs: Vec<usize> = (0..4)
+        .map(|i| 64 >> i)
+        .filter(|&ch| ch <= top && ch >= p)
+        .collect();
     for ring in [ring, false] {
         for &ch in &chs {
             let w = base(ch) + if ring { ring_words } else { 0 };
@@ -158,15 +184,17 @@ pub(crate) fn layout_with(
                     ch,
                     ring,
                     bytes: 8 * w,
+                    p,
                 };
             }
         }
     }
     Layout {
         ct,
-        ch: P,
+        ch: p,
         ring: false,
-        bytes: 8 * base(P),
+        bytes: 8 * base(p),
+        p,
     }
 }
 
@@ -228,9 +256,9 @@ pub(crate) fn rows(t: usize) -> usize {
     t / 2 + 2
 }
 
-/// Words of a sweep's saved state (`state_len` of the kernels).
-pub(crate) fn state_words(k: usize, c: usize) -> usize {
-    (k + P) * c + 10 * c + 4
+/// Words of a sweep's saved state (`state_len` of the kernels of `p` steps a block).
+pub(crate) fn state_words(k: usize, c: usize, p: usize) -> usize {
+    (k + p) * c + 10 * c + 4
 }
 
 /// Device bytes of the kernels' own buffers for `shape` (`backward`: with the saved rows and
@@ -241,11 +269,11 @@ pub(crate) fn bytes(shape: Shape, backward: bool, lay: Layout, eb: bool) -> Byte
     let h = rows(t);
     let params = ByteCount::f64s(&[k * c + 2 * (c * c + 3 * c) + 2 * c]);
     let mut n = params
-        + ByteCount::f64s(&[b, 2, state_words(k, c)])
+        + ByteCount::f64s(&[b, 2, state_words(k, c, lay.p)])
         + ByteCount::f64s(&[2, b])
         + ByteCount::f64s(&[b.div_ceil(2)]);
     if !lay.ring {
-        n = n + ByteCount::f64s(&[b, 2, k + P, c]);
+        n = n + ByteCount::f64s(&[b, 2, k + lay.p, c]);
     }
     if backward {
         n = n
@@ -265,18 +293,19 @@ pub(crate) fn bytes(shape: Shape, backward: bool, lay: Layout, eb: bool) -> Byte
 
 /// The kernel that runs `kernel` with layout `lay`: one variant per label width (`_cN`) and
 /// placement of the ring (`_r`: shared memory), so that the kernels address shared memory
-/// directly; with the label width of the module that holds it (0: the general kernels, where
-/// `meet_z_log` always is).
-pub(crate) fn placed(kernel: &str, lay: Layout) -> (String, usize) {
+/// directly; with the module that holds it: its label width (0: the general kernels) and
+/// steps a block (each module has its own `meet_z_log`, which reads the states of its
+/// sweeps).
+pub(crate) fn placed(kernel: &str, lay: Layout) -> (String, usize, usize) {
     if kernel == "meet_z_log" {
-        return (kernel.into(), 0);
+        return (kernel.into(), lay.ct, lay.p);
     }
     let width = match lay.ct {
         0 => String::new(),
         ct => format!("_c{ct}"),
     };
     let ring = if lay.ring { "_r" } else { "" };
-    (format!("{kernel}{width}{ring}"), lay.ct)
+    (format!("{kernel}{width}{ring}"), lay.ct, lay.p)
 }
 
 /// Buffers of one call of the kernels.
@@ -461,6 +490,7 @@ impl<'g> Call<'g> {
 
     fn meet_launch(&self, kernel: &str, grid: usize, lay: Layout, args: &MArgs) -> Result<()> {
         let threads = self.meet_plan.expect("the meet kernels have a plan");
+        debug_assert!(threads <= max_threads(lay.p), "{threads} threads, {lay:?}");
         if lay.bytes > self.gpu.smem_limit {
             return Err(Error::Unsupported {
                 backend: self.backend.into(),
@@ -480,10 +510,10 @@ impl<'g> Call<'g> {
             block_dim: (threads as u32, 1, 1),
             shared_mem_bytes: lay.bytes as u32,
         };
-        let (name, ct) = placed(kernel, lay);
+        let (name, ct, p) = placed(kernel, lay);
         let f = self
             .gpu
-            .function_or_wide(&name, ct)
+            .function_or_wide(&name, ct, p)
             .map_err(|message| Error::Device {
                 backend: self.backend.into(),
                 message,
@@ -517,11 +547,11 @@ impl<'g> Call<'g> {
         let buf = self.zeros::<f64>(Small::words(b, kc, cc, c1))?;
         let base = self.ptr(&buf);
         Ok(Bufs {
-            st: self.zeros::<f64>(b * 2 * state_words(k, c))?,
+            st: self.zeros::<f64>(b * 2 * state_words(k, c, lay.p))?,
             ring: if lay.ring {
                 None
             } else {
-                Some(self.zeros::<f64>(b * 2 * (k + P) * c)?)
+                Some(self.zeros::<f64>(b * 2 * (k + lay.p) * c)?)
             },
             small: Small {
                 buf,
@@ -619,15 +649,18 @@ pub(crate) mod tests {
     fn every_plan_has_a_thread_per_label_in_whole_warps() {
         for k in [1, 2, 3, 7, 31, 63, 64, 100, 127, 200, 1000] {
             for c in [1, 3, 4, 5, 8, 24, 33, 50, MAX_LABELS] {
-                let threads = plan(k, c).unwrap();
-                assert_eq!(threads % 32, 0);
-                assert!((32..=MAX_THREADS).contains(&threads));
-                assert!(threads >= c, "{k} {c}: {threads}");
+                for p in [STEPS, STEPS_WIDE] {
+                    let threads = plan(k, c, p).unwrap();
+                    assert_eq!(threads % 32, 0);
+                    assert!((32..=max_threads(p)).contains(&threads));
+                    assert!(threads >= c, "{k} {c}: {threads}");
+                }
             }
         }
-        assert_eq!(plan(5, MAX_LABELS + 1), None);
-        assert_eq!(plan_with(127, 4, 32), Some(128));
-        assert_eq!(plan_with(127, 4, 8), Some(512));
+        assert_eq!(plan(5, MAX_LABELS + 1, STEPS), None);
+        assert_eq!(plan_with(127, 4, 32, STEPS), Some(128));
+        assert_eq!(plan_with(127, 4, 8, STEPS), Some(512));
+        assert_eq!(plan_with(127, 4, 8, STEPS_WIDE), Some(256));
     }
 
     #[test]
@@ -646,13 +679,16 @@ pub(crate) mod tests {
             }
         }
         let s5 = layout(127, 4, 227 * 1024, true);
-        assert!(s5.ring && s5.ch == 64, "{s5:?}");
-        // S8: the ring (194 KB) fits with fewer staged steps.
+        assert!(s5.ring && s5.ch == 64 && s5.p == STEPS_WIDE, "{s5:?}");
+        // S8: the ring (194 KB) fits with fewer staged steps and the shorter blocks.
         let s8 = layout(1000, 24, 227 * 1024, true);
-        assert!(s8.ring && s8.ch < 64, "{s8:?}");
+        assert!(s8.ring && s8.ch < 64 && s8.p == STEPS, "{s8:?}");
         for lay in [s5, s8] {
-            assert_eq!(lay.ch % P, 0);
+            assert_eq!(lay.ch % lay.p, 0);
+            assert_eq!(layout(1000, 24, 227 * 1024, false).p, s8.p);
         }
+        // The general kernels are compiled for STEPS alone.
+        assert_eq!(layout(100, 40, 227 * 1024, true).p, STEPS);
     }
 
     #[test]
@@ -665,19 +701,21 @@ pub(crate) mod tests {
         ] {
             for ring in [false, true] {
                 for ct in [0].into_iter().chain(WIDTHS) {
+                    let p = if ct == 0 { STEPS } else { STEPS_WIDE };
                     let lay = Layout {
                         ct,
-                        ch: P,
+                        ch: p,
                         ring,
                         bytes: 0,
+                        p,
                     };
-                    let (name, module) = placed(k, lay);
+                    let (name, module, steps) = placed(k, lay);
                     let found = match module {
                         0 => crate::device::KERNELS.contains(&name.as_str()),
                         ct => crate::device::wide_kernels(ct).contains(&name),
                     };
                     assert!(found, "{k} {lay:?}: {name} (module {module})");
-                    assert!(module == 0 || module == ct, "{k} {lay:?}: module {module}");
+                    assert!(module == ct && steps == p, "{k} {lay:?}: module {module}");
                 }
             }
         }
@@ -721,10 +759,13 @@ pub(crate) mod tests {
         }
     }
 
-    fn emulator() -> Option<std::path::PathBuf> {
-        static EXE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
-        EXE.get_or_init(|| build_emulator("semicrf-meet-emu", "meet_main.cpp", &[]))
-            .clone()
+    /// The emulated kernels compiled for `p` steps a block.
+    fn emulator(p: usize) -> Option<std::path::PathBuf> {
+        build_emulator(
+            &format!("semicrf-meet-emu-p{p}"),
+            "meet_main.cpp",
+            &[&format!("-DMT_P={p}")],
+        )
     }
 
     /// Runs the emulator `exe` on the input `buf`: the `f64`s it writes.
@@ -764,11 +805,11 @@ pub(crate) mod tests {
         rest: Vec<f64>,
     }
 
-    /// Runs the kernels of width `ct` on `p` under the emulation, with `threads` per block
-    /// and, where `ring`, the ring in shared memory: the forward pass, or the backward pass
-    /// with upstream gradients `up`.
+    /// Runs the kernels of width `ct` on `p` under the emulation `exe` (compiled for `steps`
+    /// steps a block), with `threads` per block and, where `ring`, the ring in shared memory:
+    /// the forward pass, or the backward pass with upstream gradients `up`.
     fn emulate(
-        exe: &std::path::Path,
+        (exe, steps): (&std::path::Path, usize),
         p: &semicrf_core::Potentials<'_, f64>,
         threads: usize,
         ring: bool,
@@ -787,12 +828,12 @@ pub(crate) mod tests {
         let en: Vec<f64> = (0..c).map(|j| p.end_at(j)).collect();
         let par = params(&tr, &dur, &st, &en, k, c).expect("parameters within the range");
         let limit = 227 * 1024;
-        let la = layout_with(k, c, limit, false, ring, ct);
-        let lb = layout_with(k, c, limit, true, ring, ct);
+        let la = layout_with(k, c, limit, false, ring, ct, steps);
+        let lb = layout_with(k, c, limit, true, ring, ct, steps);
         let ch = la.ch.min(lb.ch);
         let (la, lb) = (
-            layout_at(k, c, ch, la.ring, false, ct),
-            layout_at(k, c, ch, lb.ring, true, ct),
+            layout_at(k, c, ch, la.ring, false, ct, steps),
+            layout_at(k, c, ch, lb.ring, true, ct, steps),
         );
         let mut buf: Vec<u8> = Vec::new();
         let mut int = |x: i64| buf.extend_from_slice(&x.to_le_bytes());
@@ -849,8 +890,16 @@ pub(crate) mod tests {
     }
 
     /// The layout of `ch` staged steps (the same for both kernels, as the emulation stages).
-    fn layout_at(k: usize, c: usize, ch: usize, ring: bool, marg: bool, ct: usize) -> Layout {
-        let lay = layout_with(k, c, usize::MAX / 2, marg, ring, ct);
+    fn layout_at(
+        k: usize,
+        c: usize,
+        ch: usize,
+        ring: bool,
+        marg: bool,
+        ct: usize,
+        p: usize,
+    ) -> Layout {
+        let lay = layout_with(k, c, usize::MAX / 2, marg, ring, ct, p);
         // The bytes at `lay.ch`, less the difference in staged steps.
         let per_step = 8 * (4 * c + if marg { 2 * c + 4 } else { 0 });
         Layout {
@@ -858,6 +907,7 @@ pub(crate) mod tests {
             ch,
             ring,
             bytes: lay.bytes - per_step * (lay.ch - ch),
+            p,
         }
     }
 
@@ -866,17 +916,23 @@ pub(crate) mod tests {
     /// reference: log Z of the forward pass, and every gradient and boundary marginal of the
     /// backward pass, on random problems with every optional input, ragged lengths, `-inf`
     /// scores and transitions, one and two warps of labels, the ring in shared or global
-    /// memory; and none of them is given up. The kernels compiled for a label width (the
-    /// unrolled phase 2) give results bitwise identical to the general kernels'. Skipped
-    /// where no C++ compiler can be started.
+    /// memory, both numbers of steps a block; and none of them is given up. The kernels
+    /// compiled for a label width (the unrolled phase 2) give results bitwise identical to
+    /// the general kernels'. Skipped where no C++ compiler can be started.
     #[test]
     fn the_kernels_match_the_reference_under_a_cpu_emulation() {
+        for steps in [STEPS, STEPS_WIDE] {
+            let Some(exe) = emulator(steps) else { return };
+            the_emulated_kernels_match_the_reference((&exe, steps));
+        }
+    }
+
+    fn the_emulated_kernels_match_the_reference(exe: (&std::path::Path, usize)) {
         use semicrf_core::reference::Reference;
         use semicrf_core::testing::{
             GenSpec, Tolerance, TransitionKind, assert_gradients_close, random_problem, upstream,
         };
         use semicrf_core::{Engine, Gradients, Problem};
-        let Some(exe) = emulator() else { return };
         let mut n = 0;
         for seed in 0..32u64 {
             let (b, t, k, c) = match seed % 8 {
@@ -907,8 +963,8 @@ pub(crate) mod tests {
             let Ok(want) = want else { continue };
             // The general kernels, and those of the least width that holds C.
             let ct = WIDTHS.into_iter().find(|&w| c <= w).unwrap_or(0);
-            let fwd = emulate(&exe, &p, threads, ring, 0, None);
-            let wide = emulate(&exe, &p, threads, ring, ct, None);
+            let fwd = emulate(exe, &p, threads, ring, 0, None);
+            let wide = emulate(exe, &p, threads, ring, ct, None);
             assert_eq!(bits(&fwd.out), bits(&wide.out), "{tag}: width {ct}");
             assert_eq!(fwd.flag, wide.flag, "{tag}: width {ct}");
             assert!(
@@ -925,8 +981,8 @@ pub(crate) mod tests {
                 );
             }
             let g = upstream(seed, b);
-            let bwd = emulate(&exe, &p, threads, ring, 0, Some(&g));
-            let wide = emulate(&exe, &p, threads, ring, ct, Some(&g));
+            let bwd = emulate(exe, &p, threads, ring, 0, Some(&g));
+            let wide = emulate(exe, &p, threads, ring, ct, Some(&g));
             assert_eq!(bits(&bwd.out), bits(&wide.out), "{tag}: width {ct}");
             assert_eq!(bits(&bwd.rest), bits(&wide.rest), "{tag}: width {ct}");
             assert_eq!(bwd.flag, wide.flag, "{tag}: width {ct}");
@@ -981,7 +1037,7 @@ pub(crate) mod tests {
             }
             n += 1;
         }
-        assert!(n >= 28, "only {n} problems compared");
+        assert!(n >= 28, "{} steps: only {n} problems compared", exe.1);
     }
 
     fn bits(v: &[f64]) -> Vec<u64> {
@@ -1014,8 +1070,9 @@ pub(crate) mod tests {
             let p = owned.view().unwrap();
             let threads = 64.max(c.div_ceil(32) * 32);
             let ct = WIDTHS.into_iter().find(|&w| c <= w).unwrap_or(0);
-            emulate(&exe, &p, threads, true, ct, None);
-            emulate(&exe, &p, threads, seed == 0, ct, Some(&upstream(1, b)));
+            let e = (exe.as_path(), STEPS);
+            emulate(e, &p, threads, true, ct, None);
+            emulate(e, &p, threads, seed == 0, ct, Some(&upstream(1, b)));
         }
     }
 
