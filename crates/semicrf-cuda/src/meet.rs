@@ -95,6 +95,14 @@ pub(crate) fn plan(k: usize, c: usize, p: usize) -> Option<usize> {
     plan_with(k, c, items_per_thread(), p)
 }
 
+/// The [`plan`] of the kernels for `K`, `C` on a device of `limit` bytes of shared memory a
+/// block ([`steps`] a block), or `None` where [`plan`] has none or either kernel of a
+/// backward pass (and so the forward's) does not fit.
+pub(crate) fn fitting_plan(k: usize, c: usize, limit: usize) -> Option<usize> {
+    let fits = |marg| layout(k, c, limit, marg).bytes <= limit;
+    plan(k, c, steps(k, c, limit, width(c))).filter(|_| fits(false) && fits(true))
+}
+
 /// [`plan`] for a given number of window terms per thread.
 pub(crate) fn plan_with(k: usize, c: usize, items: usize, p: usize) -> Option<usize> {
     if c == 0 || c > MAX_LABELS {
@@ -683,9 +691,10 @@ pub(crate) mod tests {
         // S8: the ring (194 KB) fits with fewer staged steps and the shorter blocks.
         let s8 = layout(1000, 24, 227 * 1024, true);
         assert!(s8.ring && s8.ch < 64 && s8.p == STEPS, "{s8:?}");
-        for lay in [s5, s8] {
+        for (lay, k, c) in [(s5, 127, 4), (s8, 1000, 24)] {
             assert_eq!(lay.ch % lay.p, 0);
-            assert_eq!(layout(1000, 24, 227 * 1024, false).p, s8.p);
+            // Both kernels of a backward pass share the state, so the steps a block.
+            assert_eq!(layout(k, c, 227 * 1024, false).p, lay.p);
         }
         // The general kernels are compiled for STEPS alone.
         assert_eq!(layout(100, 40, 227 * 1024, true).p, STEPS);

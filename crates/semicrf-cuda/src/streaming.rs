@@ -186,9 +186,7 @@ pub(crate) fn bytes(
     let rings = |w: usize| ByteCount::f64s(&[w, b, k, c]);
     let t1 = t.saturating_add(1);
     let lists = ByteCount::bytes(&[4, b]);
-    let fits = |marg| meet::layout(k, c, smem_limit, marg).bytes <= smem_limit;
-    let p = meet::steps(k, c, smem_limit, meet::width(c));
-    let meet = meet && !dd && meet::plan(k, c, p).is_some() && fits(false) && fits(true);
+    let meet = meet && !dd && meet::fitting_plan(k, c, smem_limit).is_some();
     let work = match what {
         What::Forward(Ring::Entropy) => rings(if dd { 4 } else { 2 }) + ByteCount::f64s(&[2, b]),
         What::Forward(_) if meet => {
@@ -475,9 +473,7 @@ impl<'g> Call<'g> {
         let dd = model.dd;
         let (team, threads) = plan(k, c);
         // The kernels of `kernels/meet.cu` where their shared memory fits this device.
-        let fits = |marg| meet::layout(k, c, gpu.smem_limit, marg).bytes <= gpu.smem_limit;
-        let p = meet::steps(k, c, gpu.smem_limit, meet::width(c));
-        let meet_plan = meet::plan(k, c, p).filter(|_| meet && !dd && fits(false) && fits(true));
+        let meet_plan = meet::fitting_plan(k, c, gpu.smem_limit).filter(|_| meet && !dd);
         let par =
             meet_plan.and_then(|_| meet::params(&model.tr, &model.dur, &model.st, &model.en, k, c));
         let mut w = Words::default();
