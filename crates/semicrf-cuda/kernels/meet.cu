@@ -77,19 +77,28 @@
 //    through shared memory, one barrier a step (a warp's when C <= 32). A step in which no
 //    label of a warp has anything unusual (a closed window, lost values, bounds, a rebase)
 //    takes a short path of arithmetic only (`mt_easy`).
-// 3. (Second halves.) All threads: the duration and transition marginals of the block's
-//    steps, each accumulator owned by one thread.
+// 3. All threads: what the block's steps leave to the outputs. The first halves of a
+//    backward save the rows; the second halves find each step's marginal factors and its
+//    begin and end marginals (phase 2 leaves each label's transition sum, window sum and G
+//    of every step in shared memory), then the running position marginals, and the duration
+//    and transition marginals of the block's steps, each accumulator owned by one thread.
 //
 // So the sequential part of a step costs O(C + P) per thread instead of O(C + K·C / threads),
-// and the O(K·C) part runs on every thread of the block. Sums are taken in an order fixed by
+// and the O(K·C) part and everything a step only writes run on every thread of the block. Sums are taken in an order fixed by
 // the thread numbers alone: results are bitwise identical from run to run.
 
 #ifndef MEET_SMEM
 #define MEET_SMEM(name) extern __shared__ double name[]
 #endif
+#ifndef MT_SMEM_END  // (the CPU emulation checks the end of the layout against the launch's)
+#define MT_SMEM_END(end)
+#endif
 
 #define MT_RANGE 50.0
 #define MT_RB 16  // a block ends with a rebase where G is beyond 2^±(16+32)
+#ifndef MT_SELF
+#define MT_SELF 300  // a label rebases itself in a block where G is beyond 2^±(300+32)
+#endif
 #define MT_STEP 256
 #ifndef MT_P
 #define MT_P 8  // steps a block
@@ -103,6 +112,7 @@ __device__ __forceinline__ double mt_etiny() { return 0x1p-800; }
 __device__ __forceinline__ double mt_ehuge() { return 0x1p+800; }
 __device__ __forceinline__ double mt_huge() { return 0x1p+900; }
 __device__ __forceinline__ double mt_err() { return 0x1p-60; }
+__device__ __forceinline__ double mt_dmax() { return 1.7976931348623157e308; }
 
 // 2^e for -1022 <= e <= 1023.
 __device__ __forceinline__ double mt_pow2(int e) {
@@ -221,23 +231,26 @@ struct Sweep {
     // slot of the block's first step t0 (t0 mod RK); this thread's place in phase 1 (its
     // group g of gp lanes, lane l, the group count, its first item k·C + j and the step
     // (dk, dj) between its items) and in the loops over (label, duration) and (label, label)
-    // pairs (its first pair and the step between its pairs); whether a label's entries wait
-    // for a rebase (`mt_rebase`).
+    // pairs (its first pair and the step between its pairs) and over (step, label) pairs
+    // (phase 3); whether a label's entries wait for a rebase (`mt_rebase`); which copy of
+    // the running position marginals the block reads (`mt_outputs`).
     int tm;
     int p1g, p1l, p1gp, p1n, p1k, p1j, p1dk, p1dj;
-    int kj, kd, kdj, kdd, ci, cc, cdi, cdc;
+    int kj, kd, kdj, kdd, ci, cc, cdi, cdc, qk, qj, qdk, qdj;
     bool rb;
+    int par;
     bool act;  // thread j is a label's
     // label j's state (thread j): G = gm·2^gx, 1/G = gim·2^-gx, G before the last update
     // gmo·2^gxo (the mantissas stay within 2^±32: G itself may be far out of range in a block)
-    double gm, gmo, gim, lam, u0, emt, etmo, acc1;  // acc1: duration 1's marginal (marg)
+    double gm, gmo, gim, lam, u0, emt, etmo;
     int gx, gxo, last, floor;
     i64 E, Eold;
     // shared memory
     double *A, *ER, *H, *gq, *cbs, *ebk, *tl, *wd, *rfm;
-    int *anyer, *lo, *flo, *newest, *rfx, *flg;
+    i64* es;  // E before the block's steps, then after each
+    int *anyer, *lo, *flo, *newest, *rfx, *gk, *flg;
     double *sF, *sFi, *sB, *sX;
-    double *oA, *oU, *oEa, *oEu, *oRa, *oRu;
+    double *oA, *oU, *oEa, *oEu, *oRa, *oRu, *gsw, *tw, *mus, *eps;
     double* ring;
     double *pd, *pt;  // this sweep's duration and transition marginals (second halves)
 
@@ -261,13 +274,17 @@ struct Sweep {
         q += (P + 1) * C4;
         ER = q;
         q += (P + 1) * C4;
+        // Four arrays [k·C + j] of the block's steps, by phase. H: phase 1's window sums
+        // (phase 3: the begin marginals). gq: G before the step (second halves; phase 3:
+        // G·Q0). cbs: the transition sum v (first and second halves; phase 3: cB). ebk: the
+        // entries of the block's starts t0-1+k (phase 3: the end marginals).
         H = q;
         q += P * C;
         gq = q;
         q += P * C;
         cbs = q;
         q += P * C;
-        ebk = q;  // the entries of this block's starts t0-1+k, [k·C + j]
+        ebk = q;
         q += P * C;
         tl = q;  // the side's Tl [i·C + j], then rows of zeros up to i = C4-1
         q += C4 * C;
@@ -275,7 +292,10 @@ struct Sweep {
         q += (P + 1) * C;
         rfm = q;
         q += C;
-        // int words: anyer (P+1), lo (P·C), flo, newest, rfx (C each), flag (2)
+        es = (i64*)q;
+        q += P + 1;
+        // int words: anyer (P+1), lo (P·C: the window's start floor of each step, then
+        // phase 3's lo), flo, newest, rfx (C each), gk (2P: a warp's general steps), flag (2)
         int* iq = (int*)q;
         anyer = iq;
         iq += P + 1;
@@ -287,8 +307,10 @@ struct Sweep {
         iq += C;
         rfx = iq;
         iq += C;
+        gk = iq;
+        iq += 2 * P;
         flg = iq;
-        q += (P + 4 + P * C + 3 * C) / 2;
+        q += (3 * P + 4 + P * C + 3 * C) / 2;
         sF = q;
         q += ch * C;
         sFi = q;
@@ -310,6 +332,14 @@ struct Sweep {
             q += ch;
             oRu = q;
             q += ch;
+            gsw = q;  // G·(window sum) + twin·Wl[j, 1] of each step (phase 3: d = 1's terms)
+            q += P * C;
+            tw = q;  // twin·Wl[j, 1]
+            q += P * C;
+            mus = q;  // the running position marginal and the last end marginal, two copies
+            q += 2 * C;
+            eps = q;
+            q += 2 * C;
         }
         ring = q;  // placed by `mt_place`
         pd = a.pdur + ((i64)b * 2 + side) * K * C;
@@ -372,6 +402,7 @@ struct Sweep {
 // the global buffer.
 template <bool RS>
 __device__ __forceinline__ void mt_place(Sweep& w) {
+    MT_SMEM_END(RS ? w.ring + (i64)w.RK * w.C : w.ring);
     if (!RS) w.ring = w.a.ring + ((i64)w.b * 2 + w.side) * w.RK * w.C;
 }
 
@@ -407,7 +438,9 @@ __device__ void mt_plan(Sweep& w, int tfirst) {
     mt_split(w.p1g, w.p1n, C, w.p1k, w.p1j, w.p1dk, w.p1dj);
     mt_split(threadIdx.x, nt, K, w.kj, w.kd, w.kdj, w.kdd);
     mt_split(threadIdx.x, nt, C, w.ci, w.cc, w.cdi, w.cdc);
+    mt_split(threadIdx.x, nt, C, w.qk, w.qj, w.qdk, w.qdj);
     w.rb = true;
+    w.par = 0;
 }
 
 // The side's Tl and the first P+1 duration weights into shared memory (all threads; the
@@ -489,15 +522,78 @@ __device__ void mt_phase1(Sweep& w, int t0, int n) {
     }
 }
 
-// Phase 3 (second halves): the block's duration marginals of d >= 2 (the window terms times
-// G·Q0 of their step, starts at or after lo[k][j]) and transition marginals (α̃_{t-1}(i)·Tl[i,
-// j]·cB_t(j)); accumulator (j, d) and (i, j) each owned by one thread.
+// The window's start of step t of a label whose window opened at `floor` (the reverse
+// sweep's second half reads no start before L-m: segments starting there are the forward
+// sweep's).
+__device__ __forceinline__ int mt_lo(const Sweep& w, int t, int floor) {
+    int lo = t - w.K > floor ? t - w.K : floor;
+    if (w.side) lo = lo > w.L - w.m ? lo : w.L - w.m;
+    return lo;
+}
+
+// Q0 of label j at step k (staged row r) of the second halves, the end marginals' factor,
+// and its bound q0e, from the other sweep's staged row.
+__device__ __forceinline__ double mt_q0(const Sweep& w, int j, int k, int r, i64 EZ, double kz,
+                                        double& q0e) {
+    const int C = w.C;
+    const i64 eu = (i64)__double_as_longlong(w.oEu[r]);
+    const double base = mt_scale(kz, w.es[k] + eu - EZ) * w.sF[r * C + j] * w.sX[r * C + j] *
+                        __ldg(&w.p.etmo[j]);
+    q0e = base * w.oRu[r];
+    return base * w.oU[r * C + j];
+}
+
+// Phase 3 of the second halves, first part (all threads, a (step, label) pair each): the
+// marginal factors of each step from the other sweep's staged rows, Q0 (its bound q0e) for
+// the end marginals and cB (cbe) for the begin marginals; then the begin marginal of t-1
+// (v·cB, into H), the end marginal of t (Q0·(G·window + twin·Wl[j, 1]), into ebk), duration
+// 1's term (into tw) and the checks; and for `mt_phase3` G·Q0 (gq), cB (cbs) and the
+// window's start (lo). Beyond the range, a factor meets only entries or rows of 0 (else a
+// marginal would be beyond 1, which the checks catch): it is kept as 0, not ∞.
+__device__ void mt_marg(Sweep& w, int t0, int n, int r0, i64 EZ, double kz) {
+    const int C = w.C;
+    int k = w.qk, j = w.qj;
+    for (int x = threadIdx.x; x < n * C; x += blockDim.x, mt_next(k, j, w.qdk, w.qdj, C)) {
+        const int r = r0 + k, i = k * C + j;
+        double q0e;
+        const double q0 = mt_q0(w, j, k, r, EZ, kz, q0e);
+        const i64 ea = (i64)__double_as_longlong(w.oEa[r]);
+        const double cbase = mt_scale(kz, w.es[k] + ea - EZ) * __ldg(&w.p.emt[j]);
+        const double cb = cbase * w.oA[r * C + j], cbe = cbase * w.oRa[r];
+        const double v = w.cbs[i], gs = w.gsw[i];
+        const double gq = w.gq[i] * q0;
+        w.gq[i] = gq <= mt_dmax() ? gq : 0.0;
+        w.cbs[i] = cb <= mt_dmax() ? cb : 0.0;
+        w.lo[i] = mt_lo(w, t0 + k, w.lo[i]);
+        const double bm = v * cb, em2 = q0 * gs;
+        // A general step also left the bound of the row before (in sB) and of the entries
+        // lost to underflow (in sFi, times Q0).
+        const double err = w.gk[2 * k + (j >> 5)]
+                               ? w.sB[r * C + j] * cb + v * cbe + w.sFi[r * C + j] * q0 + gs * q0e
+                               : v * cbe + gs * q0e;
+        if (!(err <= mt_err())) atomicOr(w.flg, 4);
+        if (!(bm <= 2.0) || !(em2 <= 2.0)) atomicOr(w.flg, 2);
+        w.tw[i] *= q0;
+        w.H[i] = bm;
+        w.ebk[i] = em2;
+    }
+}
+
+// Phase 3 of the second halves, after `mt_marg`: the block's duration marginals (d = 1: the
+// terms in tw; d >= 2: the window terms times G·Q0 of their step, starts at or after
+// lo[k][j]) and transition marginals (α̃_{t-1}(i)·Tl[i, j]·cB_t(j)); accumulator (j, d) and
+// (i, j) each owned by one thread.
 __device__ void mt_phase3(Sweep& w, int t0, int n) {
     const int K = w.K, RK = w.RK, C = w.C;
     int j = w.kj, d1 = w.kd;
     for (int x = threadIdx.x; x < K * C; x += blockDim.x, mt_next(j, d1, w.kdj, w.kdd, K)) {
         const int d = d1 + 1;
-        if (d < 2) continue;
+        if (d == 1) {
+            double s = 0.0;
+            for (int k = 0; k < n; ++k) s += w.tw[k * C + j];
+            w.pd[j] += s;
+            continue;
+        }
         const double* rj = w.ring + (i64)j * RK;
         int idx = w.tm - d;  // the slot of start t0 - d (step k: + k); d <= K < RK
         idx = idx < 0 ? idx + RK : idx;
@@ -520,6 +616,71 @@ __device__ void mt_phase3(Sweep& w, int t0, int n) {
     }
 }
 
+// Phase 3 of the second halves, after `mt_marg` (all threads, a (step, label) pair each):
+// the running position marginal μ_t = μ_{t-1} + begin_{t-1} - end_{t-1} (from the block's
+// first, in the copy `par` of mus and eps, where the pair of the last step leaves the next
+// block's), and the gradients at their positions in the original coordinates, where the
+// forward sweep's begin/end are the reverse's end/begin.
+__device__ void mt_outputs(Sweep& w, int t0, int n) {
+    const MArgs& a = w.a;
+    const int C = w.C;
+    const double g = a.up[w.b];
+    const double *mu0 = w.mus + w.par * C, *ep0 = w.eps + w.par * C;
+    int k = w.qk, j = w.qj;
+    for (int x = threadIdx.x; x < n * C; x += blockDim.x, mt_next(k, j, w.qdk, w.qdj, C)) {
+        double mu = mu0[j], ep = ep0[j];
+        for (int kk = 0; kk <= k; ++kk) {
+            mu = mu + w.H[kk * C + j] - ep;
+            ep = w.ebk[kk * C + j];
+        }
+        const double bm = w.H[k * C + j];
+        const int t = t0 + k;
+        const int ps = w.side ? w.L - t : t - 1;  // position of this μ and of bm/ep's row
+        const i64 o = ((i64)w.b * a.T + ps) * C + j;
+        a.gsc[o] = g * mu;
+        if (w.side == 0) {
+            a.gbb[o] = bm;                 // begin at t-1 (scaled by the tail)
+            if (a.geb) a.geb[o] = g * ep;  // end at t: end_boundary[t-1]
+            if (t == w.L) a.pen[(i64)w.b * C + j] = ep;
+        } else {
+            a.gbb[o] = ep;                 // begin at L-t
+            if (a.geb) a.geb[o] = g * bm;  // end at L-t+1: end_boundary[L-t]
+            if (t == w.L) a.pst[(i64)w.b * C + j] = ep;
+        }
+        if (k == n - 1) {
+            w.mus[(w.par ^ 1) * C + j] = mu;
+            w.eps[(w.par ^ 1) * C + j] = ep;
+        }
+    }
+}
+
+// Phase 3 of the first halves of a backward (all threads, a (step, label) pair each): the
+// block's saved rows, α̃_t and ũ_{t-1} (the transition sum v, in cbs), and by label 0 the
+// step's exponent and the bound `erm` of row t-1 (its α̃ rows' largest bound, where any).
+__device__ void mt_rows(Sweep& w, int t0, int n) {
+    const MArgs& a = w.a;
+    const int C = w.C;
+    const i64 row = ((i64)w.b * 2 + w.side) * a.H;
+    int k = w.qk, j = w.qj;
+    for (int x = threadIdx.x; x < n * C; x += blockDim.x, mt_next(k, j, w.qdk, w.qdj, C)) {
+        const int t = t0 + k;
+        a.alpha[(row + t) * C + j] = w.A[(k + 1) * w.C4 + j];
+        a.u[(row + t - 1) * C + j] = w.cbs[k * C + j];
+        if (j == 0) {
+            a.ex[row + t] = w.es[k + 1];
+            if (t >= 2) {
+                double em = 0.0;
+                if (w.anyer[k])
+                    for (int i = 0; i < C; ++i) {
+                        const double e = w.ER[k * w.C4 + i];
+                        em = em > e ? em : e;
+                    }
+                a.erm[row + t - 1] = em;
+            }
+        }
+    }
+}
+
 // Thread j's per-block state (the entries it made in this block are in `ebk`).
 struct Blk {
     double hf;  // H's factor: the rebases since phase 1, 0 once a -inf score closed the window
@@ -527,22 +688,27 @@ struct Blk {
 };
 
 // A rebase of label j by its own thread in the middle of a block (rare: only where G moves
-// more than 2^300 within a block). The duration marginals of this block's earlier steps are
-// added first, in the present units (their G·Q0 factors are then 0 for phase 3); then the
-// entries that later steps read (starts t-K .. t-2, in the ring and in the registers), H's
-// factor and λ change with G.
+// more than 2^MT_SELF within a block). The duration marginals of this block's earlier steps
+// are added first, in the present units (their G, and so G·Q0 for phase 3, are then 0);
+// then the entries that later steps read (starts t-K .. t-2, in the ring and in the
+// registers), H's factor and λ change with G.
 template <int MODE>
-__device__ __forceinline__ void mt_rebase_self(Sweep& w, Blk& bk, int t0, int k, int t) {
+__device__ __forceinline__ void mt_rebase_self(Sweep& w, Blk& bk, int t0, int k, int t, int r0,
+                                               i64 EZ, double kz) {
     const int K = w.K, RK = w.RK, C = w.C, j = w.j;
     const double* rj = w.ring + (i64)j * RK;
     if (MODE == MT_MARG) {
         for (int kk = 0; kk < k; ++kk) {
             const double g = w.gq[kk * C + j];
             if (g == 0.0) continue;
-            for (int d = 2; d <= K && t0 + kk - d >= w.lo[kk * C + j]; ++d)
-                w.pd[(d - 1) * C + j] +=
-                    rj[mt_mod(t0 + kk - d, RK)] * g * __ldg(&w.p.wl[j * K + d - 1]);
             w.gq[kk * C + j] = 0.0;
+            double q0e;
+            const double gq = g * mt_q0(w, j, kk, r0 + kk, EZ, kz, q0e);
+            if (!(gq <= mt_dmax())) continue;
+            const int lo = mt_lo(w, t0 + kk, w.lo[kk * C + j]);
+            for (int d = 2; d <= K && t0 + kk - d >= lo; ++d)
+                w.pd[(d - 1) * C + j] +=
+                    rj[mt_mod(t0 + kk - d, RK)] * gq * __ldg(&w.p.wl[j * K + d - 1]);
         }
     }
     int lo = t - K > w.floor ? t - K : w.floor;
@@ -588,83 +754,31 @@ __device__ __forceinline__ double mt_inblock(const Sweep& w, int k) {
     return s0 + s1;
 }
 
-// The marginal factors of step t of label j (second halves): Q0 (q0, its bound q0e) for the
-// end marginals and cB (cb, cbe) for the begin marginals, from the other sweep's staged row
-// r; the window's start `lo` and the factors phase 3 uses. Beyond the range, a factor meets
-// only entries or rows of 0 (else a marginal would be beyond 1, which the checks catch): it
-// is kept as 0, not ∞.
-__device__ __forceinline__ void mt_factors(Sweep& w, int k, int r, int t, i64 EZ, double kz,
-                                           double f, double xf, double& q0, double& q0e,
-                                           double& cb, double& cbe) {
-    const int K = w.K, C = w.C, j = w.j;
-    const i64 eu = (i64)__double_as_longlong(w.oEu[r]);
-    const i64 ea = (i64)__double_as_longlong(w.oEa[r]);
-    const double base = mt_scale(kz, w.Eold + eu - EZ) * f * xf * w.etmo;
-    q0 = base * w.oU[r * C + j];
-    q0e = base * w.oRu[r];
-    const double cbase = mt_scale(kz, w.Eold + ea - EZ) * w.emt;
-    cb = cbase * w.oA[r * C + j];
-    cbe = cbase * w.oRa[r];
-    int lo = t - K > w.floor ? t - K : w.floor;
-    if (w.side) lo = lo > w.L - w.m ? lo : w.L - w.m;
-    w.lo[k * C + j] = lo;
-    const double gqv = mt_mulp2(w.gm * q0, w.gx);
-    w.gq[k * C + j] = gqv <= 1.7976931348623157e308 ? gqv : 0.0;
-    w.cbs[k * C + j] = cb <= 1.7976931348623157e308 ? cb : 0.0;
-}
-
-// Step t's outputs of label j (second halves): the begin marginal of t-1 (bm) and the end
-// marginal of t (em2) into the running position marginal `mu` (`ep`: the last end
-// marginal), and the gradients at their positions in the original coordinates, where the
-// forward sweep's begin/end are the reverse's end/begin.
-__device__ __forceinline__ void mt_put(Sweep& w, int t, double bm, double em2, double& mu,
-                                       double& ep) {
-    const MArgs& a = w.a;
-    const int C = w.C, j = w.j;
-    const double nmu = mu + bm - ep;
-    mu = nmu;
-    ep = em2;
-    const double g = a.up[w.b];
-    const int ps = w.side ? w.L - t : t - 1;  // position of this μ and of bm/em's row
-    const i64 o = ((i64)w.b * a.T + ps) * C + j;
-    a.gsc[o] = g * nmu;
-    if (w.side == 0) {
-        a.gbb[o] = bm;                  // begin at t-1 (scaled by the tail)
-        if (a.geb) a.geb[o] = g * em2;  // end at t: end_boundary[t-1]
-        if (t == w.L) a.pen[(i64)w.b * C + j] = em2;
-    } else {
-        a.gbb[o] = em2;                // begin at L-t
-        if (a.geb) a.geb[o] = g * bm;  // end at L-t+1: end_boundary[L-t]
-        if (t == w.L) a.pst[(i64)w.b * C + j] = em2;
-    }
-}
-
-// Step t's saved row of label j (first halves of a backward): α̃_t, ũ_{t-1}, and by thread 0
-// the step's exponent and the bound `erm` of the row before.
-__device__ __forceinline__ void mt_save_row(Sweep& w, int t, double an, double v, double erm) {
-    const MArgs& a = w.a;
-    const int C = w.C, j = w.j;
-    const i64 row = ((i64)w.b * 2 + w.side) * a.H;
-    a.alpha[(row + t) * C + j] = an;
-    a.u[(row + t - 1) * C + j] = v;
-    if (j == 0) {
-        a.ex[row + t] = w.E;
-        if (t >= 2) a.erm[row + t - 1] = erm;
+// What phase 2 leaves of step k of label j to phase 3, before G's update (`mt_marg`,
+// `mt_rows`): the transition sum v, and in the second halves G, the window's start, G times
+// the window's sum s (H and this block's entries) plus twin·Wl[j, 1], and twin·Wl[j, 1].
+template <int MODE>
+__device__ __forceinline__ void mt_keep(Sweep& w, int k, double v, double s, double tw1) {
+    const int i = k * w.C + w.j;
+    if (MODE != MT_FWD) w.cbs[i] = v;
+    if (MODE == MT_MARG) {
+        w.gq[i] = mt_mulp2(w.gm, w.gx);
+        w.lo[i] = w.floor;
+        w.gsw[i] = mt_mulp2(w.gm * s, w.gx) + tw1;
+        w.tw[i] = tw1;
     }
 }
 
 // The common step of label j (see `mt_step`): its transition sum v, the scale step e, the
 // new twin and entry, and the window's sum s (H and this block's entries) are known.
 template <int MODE>
-__device__ __forceinline__ void mt_easy(Sweep& w, Blk& bk, int t0, int k, int r, int slot,
-                                        i64 EZ, double kz, double& mu, double& ep, double v,
+__device__ __forceinline__ void mt_easy(Sweep& w, Blk& bk, int k, int r, int slot, double v,
                                         int e, double twin, double entry, double s) {
-    const int C = w.C, j = w.j, t = t0 + k;
+    const int C = w.C, j = w.j;
     const double f = w.sF[r * C + j], fi = w.sFi[r * C + j], xf = w.sX[r * C + j];
+    mt_keep<MODE>(w, k, v, s, twin * bk.w1);
     w.gmo = w.gm;
     w.gxo = w.gx;
-    double q0 = 0.0, q0e = 0.0, cb = 0.0, cbe = 0.0;
-    if (MODE == MT_MARG) mt_factors(w, k, r, t, EZ, kz, f, xf, q0, q0e, cb, cbe);
     // G ← G·f·2^-e, its mantissa kept within 2^±32.
     w.gm *= f;
     w.gim *= fi;
@@ -677,28 +791,18 @@ __device__ __forceinline__ void mt_easy(Sweep& w, Blk& bk, int t0, int k, int r,
     const double term1 = twin * f * mt_pow2(-e) * bk.w1;
     const double an = xf * (mt_mulp2(w.gm * s, w.gx) + term1);
     if (!(an <= mt_huge())) atomicOr(w.flg, 2);
-    if (MODE == MT_MARG) {
-        const double bm = v * cb;
-        const double gs = mt_mulp2(w.gmo * s, w.gxo);
-        const double em2 = q0 * (gs + twin * bk.w1);
-        const double err = v * cbe + (gs + twin * bk.w1) * q0e;
-        if (!(err <= mt_err())) atomicOr(w.flg, 4);
-        if (!(bm <= 2.0) || !(em2 <= 2.0)) atomicOr(w.flg, 2);
-        w.acc1 += twin * bk.w1 * q0;
-        mt_put(w, t, bm, em2, mu, ep);
-    }
     w.ebk[k * C + j] = entry;
     w.A[(k + 1) * w.C4 + j] = an;
     w.ER[(k + 1) * w.C4 + j] = 0.0;
     w.ring[j * w.RK + slot] = entry;
-    if (MODE == MT_SAVE) mt_save_row(w, t, an, v, 0.0);
+    if (MODE != MT_FWD && j == 0) w.es[k + 1] = w.E;
 }
 
-// Phase 2, step t = t0 + k of thread j (staged row r). `mu`, `ep`: the running position
-// marginal and the last end marginal (second halves).
+// Phase 2, step t = t0 + k of thread j (staged row r, the block's first r0 = r - k; EZ and
+// kz: Z's exponent and 1/Z, second halves).
 template <int MODE>
 __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r, int slot,
-                                        i64 EZ, double kz, double& mu, double& ep) {
+                                        i64 EZ, double kz) {
     const int K = w.K, C = w.C, j = w.j, t = t0 + k;
     const int nd = t < K ? t : K;
     const double* Ap = w.A + k * w.C4;
@@ -748,12 +852,13 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
         const double f = w.sF[r * C + jj], bbf = w.sB[r * C + jj];
         const double twin = v * bbf;
         const double entry = twin * w.gim * mt_pow2(-w.gx);
-        const bool easy = !w.act || (f > 0.0 && w.lam == 0.0 && !w.anyer[k] && w.gx <= 300 &&
-                                     w.gx >= -300 && entry >= mt_etiny() && entry <= mt_ehuge());
+        const bool easy = !w.act || (f > 0.0 && w.lam == 0.0 && !w.anyer[k] &&
+                                     w.gx <= MT_SELF && w.gx >= -MT_SELF &&
+                                     entry >= mt_etiny() && entry <= mt_ehuge());
         if (__all_sync(0xffffffffu, easy)) {
             if (w.act) {
                 const double s = bk.hf * w.H[k * C + j] + mt_inblock(w, k);
-                mt_easy<MODE>(w, bk, t0, k, r, slot, EZ, kz, mu, ep, v, e, twin, entry, s);
+                mt_easy<MODE>(w, bk, k, r, slot, v, e, twin, entry, s);
             }
             mt_bar_n(w.C2);
             return;
@@ -762,14 +867,13 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
     if (w.act) {
         const double f = w.sF[r * C + j], fi = w.sFi[r * C + j];
         const double bbf = w.sB[r * C + j], xf = w.sX[r * C + j];
-        if (w.gx > 300 || w.gx < -300) mt_rebase_self<MODE>(w, bk, t0, k, t);
-        w.gmo = w.gm;
-        w.gxo = w.gx;
+        if (w.gx > MT_SELF || w.gx < -MT_SELF)
+            mt_rebase_self<MODE>(w, bk, t0, k, t, r - k, EZ, kz);
         // The window: H (entries before t0-1) and this block's entries t0-1 .. t-2.
         double s = (bk.hf == 0.0 ? 0.0 : bk.hf * w.H[k * C + j]) + mt_inblock(w, k);
-        // The marginal factors (second halves).
-        double q0 = 0.0, q0e = 0.0, cb = 0.0, cbe = 0.0;
-        if (MODE == MT_MARG) mt_factors(w, k, r, t, EZ, kz, f, xf, q0, q0e, cb, cbe);
+        mt_keep<MODE>(w, k, v, s, v * bbf * bk.w1);
+        w.gmo = w.gm;
+        w.gxo = w.gx;
         const int ndj = nd < t - w.floor ? nd : t - w.floor;
         const double sc = mt_pow2(-e);
         const double twin = v * bbf, tb = ev * bbf;
@@ -819,23 +923,19 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
                                : 0.0;
         if (!(an <= mt_huge())) atomicOr(w.flg, 2);
         if (MODE == MT_MARG) {
-            // Begin marginal of t-1, end marginal of t, d = 1, the running position marginal.
-            const double bm = v * cb;
-            const double gs = mt_mulp2(w.gmo * s, w.gxo);  // G before the update · window
-            const double em2 = q0 * (gs + twin * bk.w1);
-            const double lost =
-                w.lam > 0.0 ? mt_mulp2(w.lam * w.gmo * (double)ndj * q0, w.gxo) : 0.0;
-            const double err = ev * cb + v * cbe + lost + (gs + twin * bk.w1) * q0e;
-            if (!(err <= mt_err())) atomicOr(w.flg, 4);
-            if (!(bm <= 2.0) || !(em2 <= 2.0)) atomicOr(w.flg, 2);
-            w.acc1 += twin * bk.w1 * q0;
-            mt_put(w, t, bm, em2, mu, ep);
+            // For `mt_marg`: the bound of the transition sum, and that of the entries lost
+            // to underflow in the window (to be multiplied by Q0), where the staged rows of
+            // 1/f and of the begin boundary were.
+            w.sB[r * C + j] = ev;
+            w.sFi[r * C + j] =
+                w.lam > 0.0 ? mt_mulp2(w.lam * w.gmo * (double)ndj, w.gxo) : 0.0;
+            if ((j & 31) == 0) w.gk[2 * k + (j >> 5)] = 1;
         }
         w.A[(k + 1) * w.C4 + j] = an;
         w.ER[(k + 1) * w.C4 + j] = ern;
         if (ern > 0.0) atomicOr(&w.anyer[k + 1], 1);
         w.ring[j * w.RK + slot] = entry;
-        if (MODE == MT_SAVE) mt_save_row(w, t, an, v, em);
+        if (MODE != MT_FWD && j == 0) w.es[k + 1] = w.E;
     }
     mt_bar_n(w.C2);
 }
@@ -861,8 +961,7 @@ __device__ __forceinline__ double mt_inreg(const double* er, const double* wr, i
 // cannot take that way is left undone and the number of steps done returned, for `mt_step`
 // to go on from there.
 template <int MODE, int CT>
-__device__ __forceinline__ int mt_fast(Sweep& w, Blk& bk, int t0, int n, int r0, i64 EZ,
-                                       double kz, double& mu, double& ep) {
+__device__ __forceinline__ int mt_fast(Sweep& w, Blk& bk, int t0, int n, int r0) {
     constexpr int P = MT_P;
     const int C = w.C, jj = w.act ? w.j : 0;
 #ifndef MT_TCR
@@ -912,14 +1011,15 @@ __device__ __forceinline__ int mt_fast(Sweep& w, Blk& bk, int t0, int n, int r0,
         const double f = w.sF[r * C + jj], bbf = w.sB[r * C + jj];
         const double twin = v * bbf;
         const double entry = twin * w.gim * mt_pow2(-w.gx);
-        const bool easy = !w.act || (f > 0.0 && w.lam == 0.0 && !w.anyer[k] && w.gx <= 300 &&
-                                     w.gx >= -300 && entry >= mt_etiny() && entry <= mt_ehuge());
+        const bool easy = !w.act || (f > 0.0 && w.lam == 0.0 && !w.anyer[k] &&
+                                     w.gx <= MT_SELF && w.gx >= -MT_SELF &&
+                                     entry >= mt_etiny() && entry <= mt_ehuge());
         if (!__all_sync(0xffffffffu, easy)) return k;
         w.Eold = w.E;
         w.E += e;
         if (w.act) {
             const double s = bk.hf * w.H[k * C + jj] + mt_inreg(er, wr, k);
-            mt_easy<MODE>(w, bk, t0, k, r, slot, EZ, kz, mu, ep, v, e, twin, entry, s);
+            mt_easy<MODE>(w, bk, k, r, slot, v, e, twin, entry, s);
             er[k] = entry;
         }
         __syncwarp();
@@ -931,8 +1031,8 @@ __device__ __forceinline__ int mt_fast(Sweep& w, Blk& bk, int t0, int n, int r0,
 // Phase 2 of a block: steps k < n, one after the other (the first ones by `mt_fast` where
 // the kernel is compiled for a label width CT).
 template <int MODE, int CT>
-__device__ __forceinline__ bool mt_phase2(Sweep& w, int t0, int n, int r0, i64 EZ, double kz,
-                                          double& mu, double& ep) {
+__device__ __forceinline__ bool mt_phase2(Sweep& w, int t0, int n, int r0, i64 EZ,
+                                          double kz) {
     Blk bk;
     bk.hf = 1.0;
     bk.w1 = w.act ? w.wd[w.j] : 0.0;
@@ -950,12 +1050,13 @@ __device__ __forceinline__ bool mt_phase2(Sweep& w, int t0, int n, int r0, i64 E
         w.rfm[w.j] = 0.0;
         w.newest[w.j] = -1;
     }
+    if (MODE != MT_FWD && threadIdx.x == 0) w.es[0] = w.E;
     int k0 = 0;
-    if constexpr (CT > 0) k0 = mt_fast<MODE, CT>(w, bk, t0, n, r0, EZ, kz, mu, ep);
+    if constexpr (CT > 0) k0 = mt_fast<MODE, CT>(w, bk, t0, n, r0);
     int slot = w.tm - 1 + k0;  // the ring slot of start t-1 (k0 <= P < RK)
     slot = slot < 0 ? slot + w.RK : slot >= w.RK ? slot - w.RK : slot;
     for (int k = k0; k < n; ++k) {
-        mt_step<MODE>(w, bk, t0, k, r0 + k, slot, EZ, kz, mu, ep);
+        mt_step<MODE>(w, bk, t0, k, r0 + k, slot, EZ, kz);
         slot = slot + 1 == w.RK ? 0 : slot + 1;
     }
     bool rb = false;
@@ -973,9 +1074,8 @@ __device__ __forceinline__ bool mt_phase2(Sweep& w, int t0, int n, int r0, i64 E
 // Steps tfirst .. tlast of a sweep, in blocks of MT_P. Before it: A[0] and ER[0] hold the
 // row of step tfirst-1, and the label state is in the registers of threads j < C.
 template <int MODE, int CT>
-__device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, double& mu,
-                       double& ep, const double* oal, const double* ou, const i64* oex,
-                       const double* oerm) {
+__device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, const double* oal,
+                       const double* ou, const i64* oex, const double* oerm) {
     const int C = w.C, P = MT_P;
     mt_plan(w, tfirst);
     for (int t0 = tfirst, r0 = 0; t0 <= tlast; t0 += P, r0 = r0 + P == w.a.ch ? 0 : r0 + P) {
@@ -993,12 +1093,20 @@ __device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, doubl
         mt_rebase(w, t0);
         __syncthreads();
         for (int x = threadIdx.x; x < P; x += blockDim.x) w.anyer[x + 1] = 0;
+        for (int x = threadIdx.x; x < 2 * P; x += blockDim.x) w.gk[x] = 0;
         mt_phase1(w, t0, n);
         __syncthreads();
         bool rb = false;
-        if (threadIdx.x < w.C2) rb = mt_phase2<MODE, CT>(w, t0, n, r0, EZ, kz, mu, ep);
+        if (threadIdx.x < w.C2) rb = mt_phase2<MODE, CT>(w, t0, n, r0, EZ, kz);
         w.rb = __syncthreads_or(rb);
-        if (MODE == MT_MARG) mt_phase3(w, t0, n);
+        if (MODE == MT_SAVE) mt_rows(w, t0, n);
+        if (MODE == MT_MARG) {
+            mt_marg(w, t0, n, r0, EZ, kz);
+            __syncthreads();
+            mt_phase3(w, t0, n);
+            mt_outputs(w, t0, n);
+            w.par ^= 1;
+        }
         if (n < P) {
             // A short last block: its final row where a full block's would be.
             __syncthreads();
@@ -1122,8 +1230,7 @@ __device__ void meet_a(const MArgs& a) {
         a.erm[row] = 0.0;
     }
     const int steps = side ? w.L - w.m + 1 : w.m;
-    double mu = 0.0, ep = 0.0;
-    mt_run<MODE, CT>(w, 1, steps, 0, 0.0, mu, ep, nullptr, nullptr, nullptr, nullptr);
+    mt_run<MODE, CT>(w, 1, steps, 0, 0.0, nullptr, nullptr, nullptr, nullptr);
     if (MODE == MT_SAVE && threadIdx.x == 0) {
         // The last row's bound (the others were written at the next step).
         double em = 0.0;
@@ -1333,6 +1440,8 @@ __device__ void meet_b(const MArgs& a) {
                            __ldg(&Par(a, 0).emt[j]);
         mu = zl[j] * kz;
         ep = side ? bmv : emv;
+        w.mus[j] = mu;  // the first block's copy (`mt_outputs`)
+        w.eps[j] = ep;
         if (side == 0) {
             const i64 o = ((i64)b * a.T + m - 1) * C + j;
             a.gsc[o] = g * mu;
@@ -1360,12 +1469,11 @@ __device__ void meet_b(const MArgs& a) {
     }
     __syncthreads();
     // The own ring and state; the marginals accumulate in the (zeroed) outputs, duration 1's
-    // in a register of the label's thread.
+    // from the meet's segment (m-1, 1).
     mt_load(w, side ? sr : sf);
-    w.acc1 = d1;
+    if (w.act && r.z > 0.0) w.pd[w.j] = d1;
     const int first = side ? L - m + 2 : m + 1;
-    if (r.z > 0.0) mt_run<MT_MARG, CT>(w, first, L, r.EZ, kz, mu, ep, oal, ou, oex, oerm);
-    if (w.act && r.z > 0.0) w.pd[w.j] = w.acc1;
+    if (r.z > 0.0) mt_run<MT_MARG, CT>(w, first, L, r.EZ, kz, oal, ou, oex, oerm);
     __syncthreads();
     // Boundary marginals and the begin marginals scaled, over the positions this block wrote
     // (the forward block also the meet's m-1).

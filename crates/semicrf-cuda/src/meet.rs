@@ -171,13 +171,27 @@ pub(crate) fn layout_with(
     let words = limit / 8;
     let ring_words = (k + p) * c;
     // The kernels' header (`Sweep`): α̃ rows and bounds (C rounded up to 4, or to the
-    // kernels' width), H, G·Q0, cB, the block's entries, Tl (rows padded likewise), the first
-    // P+1 weights, the rebase factors, then the int words (row flags, window starts, rebase
-    // exponents, flags).
+    // kernels' width), four arrays of the block's steps, Tl (rows padded likewise), the first
+    // P+1 weights, the rebase factors, the steps' exponents, then the int words (row flags,
+    // window starts, rebase exponents, general steps, flags). The second halves also keep two
+    // more arrays of the block's steps and two copies of the running marginals.
     let c4 = if ct > 0 { ct } else { c.div_ceil(4) * 4 };
-    let header =
-        2 * (p + 1) * c4 + 4 * p * c + c4 * c + (p + 1) * c + c + (p + 4 + p * c + 3 * c) / 2;
-    let base = |ch: usize| header + 4 * ch * c + if marg { 2 * ch * c + 4 * ch } else { 0 };
+    let header = 2 * (p + 1) * c4
+        + 4 * p * c
+        + c4 * c
+        + (p + 1) * c
+        + c
+        + (p + 1)
+        + (3 * p + 4 + p * c + 3 * c) / 2;
+    let base = |ch: usize| {
+        header
+            + 4 * ch * c
+            + if marg {
+                2 * ch * c + 4 * ch + 2 * p * c + 4 * c
+            } else {
+                0
+            }
+    };
     let top = (4096 / c.max(1)).clamp(p, 64);
     let chs: Vec<usize> = (0..4)
         .map(|i| 64 >> i)
@@ -768,12 +782,20 @@ pub(crate) mod tests {
         }
     }
 
-    /// The emulated kernels compiled for `p` steps a block.
-    fn emulator(p: usize) -> Option<std::path::PathBuf> {
+    /// The emulated kernels compiled for `p` steps a block, where a label rebases itself in
+    /// a block beyond 2^±`own` (`MT_SELF`; `None`: the kernels' own bound, which random
+    /// problems seldom reach).
+    fn emulator(p: usize, own: Option<usize>) -> Option<std::path::PathBuf> {
+        let own = own.map(|x| format!("-DMT_SELF={x}"));
+        let flags: Vec<String> = std::iter::once(format!("-DMT_P={p}")).chain(own).collect();
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         build_emulator(
-            &format!("semicrf-meet-emu-p{p}"),
+            &format!(
+                "semicrf-meet-emu-{}",
+                flags.join("").replace(['-', '='], "")
+            ),
             "meet_main.cpp",
-            &[&format!("-DMT_P={p}")],
+            &flags,
         )
     }
 
@@ -925,13 +947,16 @@ pub(crate) mod tests {
     /// reference: log Z of the forward pass, and every gradient and boundary marginal of the
     /// backward pass, on random problems with every optional input, ragged lengths, `-inf`
     /// scores and transitions, one and two warps of labels, the ring in shared or global
-    /// memory, both numbers of steps a block; and none of them is given up. The kernels
-    /// compiled for a label width (the unrolled phase 2) give results bitwise identical to
-    /// the general kernels'. Skipped where no C++ compiler can be started.
+    /// memory, both numbers of steps a block, labels rebasing themselves within blocks; and
+    /// none of them is given up. The kernels compiled for a label width (the unrolled phase
+    /// 2) give results bitwise identical to the general kernels'. Skipped where no C++
+    /// compiler can be started.
     #[test]
     fn the_kernels_match_the_reference_under_a_cpu_emulation() {
-        for steps in [STEPS, STEPS_WIDE] {
-            let Some(exe) = emulator(steps) else { return };
+        for (steps, own) in [(STEPS, None), (STEPS_WIDE, None), (STEPS_WIDE, Some(24))] {
+            let Some(exe) = emulator(steps, own) else {
+                return;
+            };
             the_emulated_kernels_match_the_reference((&exe, steps));
         }
     }

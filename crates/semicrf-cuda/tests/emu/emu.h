@@ -112,6 +112,17 @@ void launch(void (*kernel)(A), unsigned grid, unsigned block, size_t smem, A arg
 }  // namespace emu
 
 #define MEET_SMEM(name) double* name = emu::cur->smem.data()
+// The end of what a kernel places in dynamic shared memory: beyond the launch's bytes (the
+// layout of src/meet.rs smaller than what the kernels take), the run fails.
+#define MT_SMEM_END(end)                                                                  \
+    do {                                                                                  \
+        if ((const double*)(end) > emu::cur->smem.data() + emu::cur->smem.size() - 1) {   \
+            std::fprintf(stderr, "shared memory: %td words placed, %zu launched\n",       \
+                         (const double*)(end) - emu::cur->smem.data(),                    \
+                         emu::cur->smem.size() - 1);                                      \
+            std::abort();                                                                 \
+        }                                                                                 \
+    } while (0)
 
 inline void __syncthreads() { emu::cur->bar->arrive_and_wait(); }
 inline int __syncthreads_or(int p) {
