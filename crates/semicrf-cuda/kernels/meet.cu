@@ -218,6 +218,24 @@ __device__ __forceinline__ int mt_expo(double x) {
     return (int)((__double_as_longlong(x) >> 52) & 0x7ff) - 1023;
 }
 
+// The high word of x: for x >= 0 (α̃ rows), high words order as the doubles do, so a row's
+// largest exponent is that of its largest high word, a maximum of integers.
+__device__ __forceinline__ int mt_hi(double x) { return (int)(__double_as_longlong(x) >> 32); }
+__device__ __forceinline__ int mt_imax(int a, int b) { return a > b ? a : b; }
+
+// The scale step of a row (`step`): the exponent of its largest α̃, whose high word is hm,
+// within ±MT_STEP; 0 for a row of zeros. A high word of 0 is a zero or a subnormal below
+// 2^-1042, which the other words of the row `Ap` (of n) tell apart (rare).
+__device__ __forceinline__ int mt_step_e(int hm, const double* Ap, int n) {
+    if (hm > 0) {
+        const int e = (hm >> 20) - 1023;
+        return e < -MT_STEP ? -MT_STEP : e > MT_STEP ? MT_STEP : e;
+    }
+    bool any = false;
+    for (int i = 0; i < n; ++i) any |= Ap[i] > 0.0;
+    return any ? -MT_STEP : 0;
+}
+
 // A sweep: one side of one sequence, in its own logical coordinates, on one thread block.
 // Thread j < C keeps label j's state in registers (phase 2).
 struct Sweep {
@@ -654,6 +672,13 @@ __device__ void mt_outputs(Sweep& w, int t0, int n) {
     }
 }
 
+// Phase 3: the overflow check of the block's α̃ rows (all threads, a (step, label) pair each).
+__device__ __forceinline__ void mt_huge_rows(Sweep& w, int n) {
+    int k = w.qk, j = w.qj;
+    for (int x = threadIdx.x; x < n * w.C; x += blockDim.x, mt_next(k, j, w.qdk, w.qdj, w.C))
+        if (!(w.A[(k + 1) * w.C4 + j] <= mt_huge())) atomicOr(w.flg, 2);
+}
+
 // Phase 3 of the first halves of a backward (all threads, a (step, label) pair each): the
 // block's saved rows, α̃_t and ũ_{t-1} (the transition sum v, in cbs), and by label 0 the
 // step's exponent and the bound `erm` of row t-1 (its α̃ rows' largest bound, where any).
@@ -769,30 +794,56 @@ __device__ __forceinline__ void mt_keep(Sweep& w, int k, double v, double s, dou
     }
 }
 
-// The common step of label j (see `mt_step`): its transition sum v, the scale step e, the
-// new twin and entry, and the window's sum s (H and this block's entries) are known.
-template <int MODE>
-__device__ __forceinline__ void mt_easy(Sweep& w, Blk& bk, int k, int r, int slot, double v,
-                                        int e, double twin, double entry, double s) {
-    const int C = w.C, j = w.j;
+// Whether label j can take the common step k (see `mt_step`), whose new entry is `entry`
+// and score factor f (no branches). `first`: the first step since a general one (`mt_fast`:
+// only a general step changes λ or flags a row's bound).
+__device__ __forceinline__ bool mt_easy_ok(const Sweep& w, int k, double f, double entry,
+                                           bool first = true) {
+    const bool open = (f > 0.0) & (w.gx <= MT_SELF) & (w.gx >= -MT_SELF) &
+                      (entry >= mt_etiny()) & (entry <= mt_ehuge());
+    return first ? open & (w.lam == 0.0) & (w.anyer[k] == 0) : open;
+}
+
+// The common step's new G = gm·2^gx, 1/G = gim·2^-gx and α̃ of label j (see `mt_step`): its
+// transition sum's twin, the scale step e and the window's sum s (H and this block's entries)
+// are known. Nothing is changed, so that the step can be computed before the warp's vote.
+struct Easy {
+    double gm, gim, an;
+    int gx;
+};
+__device__ __forceinline__ Easy mt_easy(const Sweep& w, const Blk& bk, int r, int e,
+                                        double twin, double s) {
+    const int C = w.C, j = w.act ? w.j : 0;
     const double f = w.sF[r * C + j], fi = w.sFi[r * C + j], xf = w.sX[r * C + j];
-    mt_keep<MODE>(w, k, v, s, twin * bk.w1);
+    // G ← G·f·2^-e, its mantissa kept within 2^±32 (and G within 2^±(MT_SELF+MT_STEP+64)).
+    Easy q;
+    q.gm = w.gm * f;
+    q.gim = w.gim * fi;
+    q.gx = w.gx - e;
+    const int ke = mt_expo(q.gm);
+    const int adj = ke > 32 || ke < -32 ? ke : 0;
+    q.gm *= mt_pow2(-adj);
+    q.gim *= mt_pow2(adj);
+    q.gx += adj;
+    const double term1 = twin * f * mt_pow2(-e) * bk.w1;
+    q.an = xf * (q.gm * s * mt_pow2(q.gx) + term1);
+    return q;
+}
+
+// Makes the common step k of label j: G, what phase 3 takes (`mt_keep`), the block's entry,
+// α̃ and its bound (0), the ring's new entry and the step's exponent.
+template <int MODE>
+__device__ __forceinline__ void mt_commit(Sweep& w, const Easy& q, int k, int slot, double v,
+                                          double s, double tw1, double entry) {
+    const int C = w.C, j = w.j;
+    mt_keep<MODE>(w, k, v, s, tw1);
     w.gmo = w.gm;
     w.gxo = w.gx;
-    // G ← G·f·2^-e, its mantissa kept within 2^±32.
-    w.gm *= f;
-    w.gim *= fi;
-    w.gx -= e;
-    const int ke = mt_expo(w.gm);
-    const int adj = ke > 32 || ke < -32 ? ke : 0;
-    w.gm *= mt_pow2(-adj);
-    w.gim *= mt_pow2(adj);
-    w.gx += adj;
-    const double term1 = twin * f * mt_pow2(-e) * bk.w1;
-    const double an = xf * (mt_mulp2(w.gm * s, w.gx) + term1);
-    if (!(an <= mt_huge())) atomicOr(w.flg, 2);
+    w.gm = q.gm;
+    w.gim = q.gim;
+    w.gx = q.gx;
     w.ebk[k * C + j] = entry;
-    w.A[(k + 1) * w.C4 + j] = an;
+    w.A[(k + 1) * w.C4 + j] = q.an;
     w.ER[(k + 1) * w.C4 + j] = 0.0;
     w.ring[j * w.RK + slot] = entry;
     if (MODE != MT_FWD && j == 0) w.es[k + 1] = w.E;
@@ -807,12 +858,14 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
     const int nd = t < K ? t : K;
     const double* Ap = w.A + k * w.C4;
     double v = 0.0, ev = 0.0, mx = 0.0, em = 0.0;
+    int hm = 0;
     if (t == 1) {
         v = w.u0;
     } else {
         // The transition step: every thread reads the whole row (the same maxima everywhere),
         // four labels at a time (the row is padded with zeros to a multiple of four).
         double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0, m0 = 0.0, m1 = 0.0;
+        int h0 = 0, h1 = 0;
         const double* tl = w.tl + (w.act ? j : 0);
         for (int i = 0; i < C; i += 4) {
             const double x0 = Ap[i], x1 = Ap[i + 1], x2 = Ap[i + 2], x3 = Ap[i + 3];
@@ -824,9 +877,12 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
             m1 = m1 > x1 ? m1 : x1;
             m0 = m0 > x2 ? m0 : x2;
             m1 = m1 > x3 ? m1 : x3;
+            h0 = mt_imax(h0, mt_imax(mt_hi(x0), mt_hi(x2)));
+            h1 = mt_imax(h1, mt_imax(mt_hi(x1), mt_hi(x3)));
         }
         v = (v0 + v1) + (v2 + v3);
         mx = m0 > m1 ? m0 : m1;
+        hm = mt_imax(h0, h1);
         if (w.anyer[k]) {
             const double* ERp = w.ER + k * w.C4;
             for (int i2 = 0; i2 < C; ++i2) {
@@ -837,28 +893,23 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
             if (em > mt_err() * mx && j == 0) atomicOr(w.flg, 4);
         }
     }
-    int e = 0;
-    if (t >= 2 && mx > 0.0) {
-        e = mt_expo(mx);
-        e = e < -MT_STEP ? -MT_STEP : e > MT_STEP ? MT_STEP : e;
-    }
+    const int e = t >= 2 ? mt_step_e(hm, Ap, C) : 0;
     w.Eold = w.E;
     w.E += e;
     // The common step, on the whole warp (a vote): the label's window open, nothing of it lost
-    // to underflow, no bound in the last row, G within 2^±300 and the new entry within range.
-    // Then the step is arithmetic only; otherwise the general step below.
+    // to underflow, no bound in the last row, G within 2^±MT_SELF and the new entry within
+    // range. Then the step is arithmetic only; otherwise the general step below.
     {
         const int jj = w.act ? j : 0;
         const double f = w.sF[r * C + jj], bbf = w.sB[r * C + jj];
         const double twin = v * bbf;
         const double entry = twin * w.gim * mt_pow2(-w.gx);
-        const bool easy = !w.act || (f > 0.0 && w.lam == 0.0 && !w.anyer[k] &&
-                                     w.gx <= MT_SELF && w.gx >= -MT_SELF &&
-                                     entry >= mt_etiny() && entry <= mt_ehuge());
+        const bool easy = !w.act | mt_easy_ok(w, k, f, entry);
         if (__all_sync(0xffffffffu, easy)) {
             if (w.act) {
                 const double s = bk.hf * w.H[k * C + j] + mt_inblock(w, k);
-                mt_easy<MODE>(w, bk, k, r, slot, v, e, twin, entry, s);
+                const Easy q = mt_easy(w, bk, r, e, twin, s);
+                mt_commit<MODE>(w, q, k, slot, v, s, twin * bk.w1, entry);
             }
             mt_bar_n(w.C2);
             return;
@@ -912,7 +963,7 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
                 atomicOr(w.flg, 2);
             }
             term1 = twin * f * sc * bk.w1;
-            tot = mt_mulp2(w.gm * s, w.gx) + term1;
+            tot = w.gm * s * mt_pow2(w.gx) + term1;
         }
         w.ebk[k * C + j] = entry;
         if (w.last < t - K) w.lam = 0.0;
@@ -921,7 +972,6 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
         const double ern = (w.lam > 0.0 && w.last >= t - ndn)
                                ? mt_mulp2(w.lam * w.gm * (double)ndn * xf, w.gx)
                                : 0.0;
-        if (!(an <= mt_huge())) atomicOr(w.flg, 2);
         if (MODE == MT_MARG) {
             // For `mt_marg`: the bound of the transition sum, and that of the entries lost
             // to underflow in the window (to be multiplied by Q0), where the staged rows of
@@ -982,12 +1032,14 @@ __device__ __forceinline__ int mt_fast(Sweep& w, Blk& bk, int t0, int n, int r0)
         if (k >= n) return n;
         const int t = t0 + k, r = r0 + k;
         // The transition step over the padded row (its zeros add exact zeros).
-        double v, mx = 0.0;
+        double v;
+        int e = 0;
         if (t == 1) {
             v = w.u0;
         } else {
             const double* Ap = w.A + k * CT;
-            double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0, m0 = 0.0, m1 = 0.0;
+            double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0;
+            int h0 = 0, h1 = 0;
 #pragma unroll
             for (int i = 0; i < CT; i += 4) {
                 const double x0 = Ap[i], x1 = Ap[i + 1], x2 = Ap[i + 2], x3 = Ap[i + 3];
@@ -995,31 +1047,24 @@ __device__ __forceinline__ int mt_fast(Sweep& w, Blk& bk, int t0, int n, int r0)
                 v1 += x1 * (TR ? tc[TR ? i + 1 : 0] : tcs[(i + 1) * C]);
                 v2 += x2 * (TR ? tc[TR ? i + 2 : 0] : tcs[(i + 2) * C]);
                 v3 += x3 * (TR ? tc[TR ? i + 3 : 0] : tcs[(i + 3) * C]);
-                m0 = m0 > x0 ? m0 : x0;
-                m1 = m1 > x1 ? m1 : x1;
-                m0 = m0 > x2 ? m0 : x2;
-                m1 = m1 > x3 ? m1 : x3;
+                h0 = mt_imax(h0, mt_imax(mt_hi(x0), mt_hi(x2)));
+                h1 = mt_imax(h1, mt_imax(mt_hi(x1), mt_hi(x3)));
             }
             v = (v0 + v1) + (v2 + v3);
-            mx = m0 > m1 ? m0 : m1;
+            e = mt_step_e(mt_imax(h0, h1), Ap, CT);
         }
-        int e = 0;
-        if (t >= 2 && mx > 0.0) {
-            e = mt_expo(mx);
-            e = e < -MT_STEP ? -MT_STEP : e > MT_STEP ? MT_STEP : e;
-        }
+        // The step is computed before the warp's vote and made after it.
         const double f = w.sF[r * C + jj], bbf = w.sB[r * C + jj];
         const double twin = v * bbf;
         const double entry = twin * w.gim * mt_pow2(-w.gx);
-        const bool easy = !w.act || (f > 0.0 && w.lam == 0.0 && !w.anyer[k] &&
-                                     w.gx <= MT_SELF && w.gx >= -MT_SELF &&
-                                     entry >= mt_etiny() && entry <= mt_ehuge());
+        const bool easy = !w.act | mt_easy_ok(w, k, f, entry, k == 0);
+        const double s = bk.hf * w.H[k * C + jj] + mt_inreg(er, wr, k);
+        const Easy q = mt_easy(w, bk, r, e, twin, s);
         if (!__all_sync(0xffffffffu, easy)) return k;
         w.Eold = w.E;
         w.E += e;
         if (w.act) {
-            const double s = bk.hf * w.H[k * C + jj] + mt_inreg(er, wr, k);
-            mt_easy<MODE>(w, bk, k, r, slot, v, e, twin, entry, s);
+            mt_commit<MODE>(w, q, k, slot, v, s, twin * bk.w1, entry);
             er[k] = entry;
         }
         __syncwarp();
@@ -1099,6 +1144,7 @@ __device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, const
         bool rb = false;
         if (threadIdx.x < w.C2) rb = mt_phase2<MODE, CT>(w, t0, n, r0, EZ, kz);
         w.rb = __syncthreads_or(rb);
+        mt_huge_rows(w, n);
         if (MODE == MT_SAVE) mt_rows(w, t0, n);
         if (MODE == MT_MARG) {
             mt_marg(w, t0, n, r0, EZ, kz);
