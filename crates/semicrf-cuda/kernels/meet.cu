@@ -126,8 +126,10 @@ __device__ __forceinline__ double mt_mulp2(double x, int n) {
     return x * mt_pow2(n < -1022 ? -1022 : n > 1023 ? 1023 : n);
 }
 
-// x · 2^n for any n (0 below the subnormals, inf above the range).
+// x · 2^n for any n (0 below the subnormals, inf above the range), rounded once: one
+// multiplication where 2^n is a double, else ldexp.
 __device__ __forceinline__ double mt_scale(double x, i64 n) {
+    if (n >= -1022 && n <= 1023) return x * mt_pow2((int)n);
     return ldexp(x, (int)(n < -4000 ? -4000 : n > 4000 ? 4000 : n));
 }
 
@@ -173,6 +175,8 @@ struct MArgs {
     i64 T, K, C, H;
     int ch;     // steps staged at a time (a multiple of MT_P)
     int f32in;  // whether sc, bb and eb hold f32
+    int acc;    // second halves: the duration and transition marginals accumulate in shared
+                // memory (else in pdur and ptr)
 };
 
 // The prepared parameters: Wl (C, K) label-major; per side (0 forward, 1 reverse) Tl (C, C)
@@ -271,6 +275,7 @@ struct Sweep {
     double *oA, *oU, *oEa, *oEu, *oRa, *oRu, *gsw, *tw, *mus, *eps;
     double* ring;
     double *pd, *pt;  // this sweep's duration and transition marginals (second halves)
+    double *gpd, *gpt;  // their outputs
 
     __device__ __forceinline__ Sweep(const MArgs& args, int bb_, int side_, double* smem,
                                      bool marg, int ct)
@@ -359,9 +364,17 @@ struct Sweep {
             eps = q;
             q += 2 * C;
         }
+        gpd = a.pdur + ((i64)b * 2 + side) * K * C;
+        gpt = a.ptr + ((i64)b * 2 + side) * C * C;
+        pd = gpd;
+        pt = gpt;
+        if (marg && a.acc) {
+            pd = q;
+            q += K * C;
+            pt = q;
+            q += C * C;
+        }
         ring = q;  // placed by `mt_place`
-        pd = a.pdur + ((i64)b * 2 + side) * K * C;
-        pt = a.ptr + ((i64)b * 2 + side) * C * C;
         u0 = act ? __ldg(&p.u0[j]) : 0.0;
         emt = act ? __ldg(&p.emt[j]) : 0.0;
         etmo = act ? __ldg(&p.etmo[j]) : 0.0;
@@ -599,38 +612,73 @@ __device__ void mt_marg(Sweep& w, int t0, int n, int r0, i64 EZ, double kz) {
 
 // Phase 3 of the second halves, after `mt_marg`: the block's duration marginals (d = 1: the
 // terms in tw; d >= 2: the window terms times G·Q0 of their step, starts at or after
-// lo[k][j]) and transition marginals (α̃_{t-1}(i)·Tl[i, j]·cB_t(j)); accumulator (j, d) and
-// (i, j) each owned by one thread.
+// lo[k][j], which every start is where the label's window opened K steps before the block)
+// and transition marginals (α̃_{t-1}(i)·Tl[i, j]·cB_t(j)); accumulator (j, d) and (i, j) each
+// owned by one thread.
 __device__ void mt_phase3(Sweep& w, int t0, int n) {
     const int K = w.K, RK = w.RK, C = w.C;
+    const int whole = t0 - K;  // windows whole from here
+    const bool side_whole = w.side == 0 || w.L - w.m <= whole;
     int j = w.kj, d1 = w.kd;
     for (int x = threadIdx.x; x < K * C; x += blockDim.x, mt_next(j, d1, w.kdj, w.kdd, K)) {
         const int d = d1 + 1;
+        double s0 = 0.0, s1 = 0.0;
         if (d == 1) {
-            double s = 0.0;
-            for (int k = 0; k < n; ++k) s += w.tw[k * C + j];
-            w.pd[j] += s;
+            for (int k = 0; k < n; k += 2) {
+                s0 += w.tw[k * C + j];
+                if (k + 1 < n) s1 += w.tw[(k + 1) * C + j];
+            }
+            w.pd[j] += s0 + s1;
             continue;
         }
         const double* rj = w.ring + (i64)j * RK;
+        const double* gq = w.gq + j;
         int idx = w.tm - d;  // the slot of start t0 - d (step k: + k); d <= K < RK
         idx = idx < 0 ? idx + RK : idx;
-        double s = 0.0;
-        for (int k = 0; k < n; ++k) {
-            const int st = t0 + k - d;
-            if (st >= w.lo[k * C + j]) s += rj[idx] * w.gq[k * C + j];
-            idx = idx + 1 == RK ? 0 : idx + 1;
+        if (side_whole && w.flo[j] <= whole) {
+            // Slots idx .. RK-1, then from 0.
+            const int n1 = n < RK - idx ? n : RK - idx;
+            const double* r = rj + idx;
+            int k = 0;
+            for (; k + 1 < n1; k += 2) {
+                s0 += r[k] * gq[k * C];
+                s1 += r[k + 1] * gq[(k + 1) * C];
+            }
+            if (k < n1) {
+                s0 += r[k] * gq[k * C];
+                ++k;
+                r -= RK;
+                if (k < n) s1 += r[k] * gq[k * C];
+                ++k;
+            } else {
+                r -= RK;
+            }
+            for (; k + 1 < n; k += 2) {
+                s0 += r[k] * gq[k * C];
+                s1 += r[k + 1] * gq[(k + 1) * C];
+            }
+            if (k < n) s0 += r[k] * gq[k * C];
+        } else {
+            for (int k = 0; k < n; ++k) {
+                const int sl = idx + k < RK ? idx + k : idx + k - RK;
+                if (t0 + k - d >= w.lo[k * C + j]) (k & 1 ? s1 : s0) += rj[sl] * gq[k * C];
+            }
         }
-        w.pd[(d - 1) * C + j] += s * __ldg(&w.p.wl[j * K + d - 1]);
+        w.pd[(d - 1) * C + j] += (s0 + s1) * __ldg(&w.p.wl[j * K + d - 1]);
     }
     int i = w.ci;
     j = w.cc;
+    const int k0 = t0 >= 2 ? 0 : 2 - t0;
     for (int x = threadIdx.x; x < C * C; x += blockDim.x, mt_next(i, j, w.cdi, w.cdc, C)) {
-        double s = 0.0;
-        for (int k = 0; k < n; ++k)
-            if (t0 + k >= 2) s += w.A[k * w.C4 + i] * w.cbs[k * C + j];
+        double s0 = 0.0, s1 = 0.0;
+        int k = k0;
+        for (; k + 1 < n; k += 2) {
+            s0 += w.A[k * w.C4 + i] * w.cbs[k * C + j];
+            s1 += w.A[(k + 1) * w.C4 + i] * w.cbs[(k + 1) * C + j];
+        }
+        if (k < n) s0 += w.A[k * w.C4 + i] * w.cbs[k * C + j];
         // The reverse sweep's transition (i, j) is the original's (j, i).
-        w.pt[w.side ? j * C + i : x] += s * w.tl[x];
+        w.pt[w.side ? j * C + i : x] += (s0 + s1) * w.tl[x];
     }
 }
 
@@ -1038,8 +1086,11 @@ __device__ __forceinline__ int mt_fast(Sweep& w, Blk& bk, int t0, int n, int r0)
             v = w.u0;
         } else {
             const double* Ap = w.A + k * CT;
-            double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0;
+            double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0, m0 = 0.0, m1 = 0.0;
             int h0 = 0, h1 = 0;
+            // The largest exponent from high words (fewer instructions) up to 16 labels; wider,
+            // that would take registers that spill.
+            constexpr bool HI = CT <= 16;
 #pragma unroll
             for (int i = 0; i < CT; i += 4) {
                 const double x0 = Ap[i], x1 = Ap[i + 1], x2 = Ap[i + 2], x3 = Ap[i + 3];
@@ -1047,20 +1098,45 @@ __device__ __forceinline__ int mt_fast(Sweep& w, Blk& bk, int t0, int n, int r0)
                 v1 += x1 * (TR ? tc[TR ? i + 1 : 0] : tcs[(i + 1) * C]);
                 v2 += x2 * (TR ? tc[TR ? i + 2 : 0] : tcs[(i + 2) * C]);
                 v3 += x3 * (TR ? tc[TR ? i + 3 : 0] : tcs[(i + 3) * C]);
-                h0 = mt_imax(h0, mt_imax(mt_hi(x0), mt_hi(x2)));
-                h1 = mt_imax(h1, mt_imax(mt_hi(x1), mt_hi(x3)));
+                if constexpr (HI) {
+                    h0 = mt_imax(h0, mt_imax(mt_hi(x0), mt_hi(x2)));
+                    h1 = mt_imax(h1, mt_imax(mt_hi(x1), mt_hi(x3)));
+                } else {
+                    m0 = m0 > x0 ? m0 : x0;
+                    m1 = m1 > x1 ? m1 : x1;
+                    m0 = m0 > x2 ? m0 : x2;
+                    m1 = m1 > x3 ? m1 : x3;
+                }
             }
             v = (v0 + v1) + (v2 + v3);
-            e = mt_step_e(mt_imax(h0, h1), Ap, CT);
+            if constexpr (HI) {
+                e = mt_step_e(mt_imax(h0, h1), Ap, CT);
+            } else {
+                const double mx = m0 > m1 ? m0 : m1;
+                if (mx > 0.0) {
+                    e = mt_expo(mx);
+                    e = e < -MT_STEP ? -MT_STEP : e > MT_STEP ? MT_STEP : e;
+                }
+            }
         }
-        // The step is computed before the warp's vote and made after it.
+        // Up to 16 labels, the step is computed before the warp's vote (wider, the registers
+        // it would take spill) and made after it.
+        constexpr bool EARLY = CT <= 16;
         const double f = w.sF[r * C + jj], bbf = w.sB[r * C + jj];
         const double twin = v * bbf;
         const double entry = twin * w.gim * mt_pow2(-w.gx);
         const bool easy = !w.act | mt_easy_ok(w, k, f, entry, k == 0);
-        const double s = bk.hf * w.H[k * C + jj] + mt_inreg(er, wr, k);
-        const Easy q = mt_easy(w, bk, r, e, twin, s);
+        double s = 0.0;
+        Easy q{};
+        if constexpr (EARLY) {
+            s = bk.hf * w.H[k * C + jj] + mt_inreg(er, wr, k);
+            q = mt_easy(w, bk, r, e, twin, s);
+        }
         if (!__all_sync(0xffffffffu, easy)) return k;
+        if constexpr (!EARLY) {
+            s = bk.hf * w.H[k * C + jj] + mt_inreg(er, wr, k);
+            q = mt_easy(w, bk, r, e, twin, s);
+        }
         w.Eold = w.E;
         w.E += e;
         if (w.act) {
@@ -1513,14 +1589,20 @@ __device__ void meet_b(const MArgs& a) {
             }
         }
     }
+    if (a.acc)
+        for (int x = threadIdx.x; x < K * C + C * C; x += blockDim.x) w.pd[x] = 0.0;
     __syncthreads();
-    // The own ring and state; the marginals accumulate in the (zeroed) outputs, duration 1's
-    // from the meet's segment (m-1, 1).
+    // The own ring and state; the marginals accumulate in the (zeroed) outputs or in shared
+    // memory, duration 1's from the meet's segment (m-1, 1).
     mt_load(w, side ? sr : sf);
     if (w.act && r.z > 0.0) w.pd[w.j] = d1;
     const int first = side ? L - m + 2 : m + 1;
     if (r.z > 0.0) mt_run<MT_MARG, CT>(w, first, L, r.EZ, kz, oal, ou, oex, oerm);
     __syncthreads();
+    if (a.acc) {
+        for (int x = threadIdx.x; x < K * C; x += blockDim.x) w.gpd[x] = w.pd[x];
+        for (int x = threadIdx.x; x < C * C; x += blockDim.x) w.gpt[x] = w.pt[x];
+    }
     // Boundary marginals and the begin marginals scaled, over the positions this block wrote
     // (the forward block also the meet's m-1).
     const int lo = side ? 0 : m - 1, hi = side ? m - 2 : L - 1;

@@ -46,6 +46,7 @@ pub(crate) struct MArgs {
     pub h: i64,
     pub ch: i32,
     pub f32in: i32,
+    pub acc: i32,
 }
 
 // SAFETY: a plain `repr(C)` block of integers, laid out as the kernels' `struct MArgs`.
@@ -140,31 +141,37 @@ pub(crate) struct Layout {
     pub bytes: usize,
     /// Steps a block ([`steps`]).
     pub p: usize,
+    /// Whether the second halves accumulate the duration and transition marginals in shared
+    /// memory (else in their global outputs, a read and a write a block of steps).
+    pub acc: bool,
 }
 
 /// The shared-memory layout for `K`, `C` within `limit` bytes (`marg`: the second halves,
 /// which also stage the other sweep's rows): the most staged steps (64 down to one block of
-/// steps) that keep the ring in shared memory, else the most without it.
+/// steps) that keep the ring in shared memory, with the accumulators of the second halves
+/// where they fit too; else the most without them.
 pub(crate) fn layout(k: usize, c: usize, limit: usize, marg: bool) -> Layout {
     let ct = width(c);
-    layout_with(k, c, limit, marg, true, ct, steps(k, c, limit, ct))
+    layout_with(k, c, limit, marg, true, marg, ct, steps(k, c, limit, ct))
 }
 
 /// Steps a block of the kernels of width `ct` for `K`, `C` within `limit` bytes of shared
 /// memory ([`STEPS`]): the same for both kernels of a backward pass, which share the state.
 pub(crate) fn steps(k: usize, c: usize, limit: usize, ct: usize) -> usize {
-    let wide = ct > 0 && layout_with(k, c, limit, true, true, ct, STEPS_WIDE).ring;
+    let wide = ct > 0 && layout_with(k, c, limit, true, true, false, ct, STEPS_WIDE).ring;
     if wide { STEPS_WIDE } else { STEPS }
 }
 
-/// [`layout`], with the ring kept out of shared memory unless `ring`, for the kernels of
-/// width `ct` and `p` steps a block (for tests).
+/// [`layout`], with the ring kept out of shared memory unless `ring` and the accumulators
+/// unless `acc`, for the kernels of width `ct` and `p` steps a block (for tests).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn layout_with(
     k: usize,
     c: usize,
     limit: usize,
     marg: bool,
     ring: bool,
+    acc: bool,
     ct: usize,
     p: usize,
 ) -> Layout {
@@ -197,9 +204,11 @@ pub(crate) fn layout_with(
         .map(|i| 64 >> i)
         .filter(|&ch| ch <= top && ch >= p)
         .collect();
-    for ring in [ring, false] {
+    let acc_words = k * c + c * c;
+    let acc = acc && marg;
+    for (ring, acc) in [(ring, acc), (ring, false), (false, acc), (false, false)] {
         for &ch in &chs {
-            let w = base(ch) + if ring { ring_words } else { 0 };
+            let w = base(ch) + if ring { ring_words } else { 0 } + if acc { acc_words } else { 0 };
             if w <= words {
                 return Layout {
                     ct,
@@ -207,6 +216,7 @@ pub(crate) fn layout_with(
                     ring,
                     bytes: 8 * w,
                     p,
+                    acc,
                 };
             }
         }
@@ -217,6 +227,7 @@ pub(crate) fn layout_with(
         ring: false,
         bytes: 8 * base(p),
         p,
+        acc: false,
     }
 }
 
@@ -656,6 +667,7 @@ impl<'g> Call<'g> {
         a.pst = bufs.small.pst();
         a.pen = bufs.small.pen();
         self.meet_launch("meet_save_log", 2 * b, la, &a)?;
+        a.acc = lb.acc as i32;
         self.meet_launch("meet_bwd_log", 2 * b, lb, &a)?;
         bufs.small.sum(self)?;
         self.gpu.mark();
@@ -701,10 +713,15 @@ pub(crate) mod tests {
             }
         }
         let s5 = layout(127, 4, 227 * 1024, true);
-        assert!(s5.ring && s5.ch == 64 && s5.p == STEPS_WIDE, "{s5:?}");
-        // S8: the ring (194 KB) fits with fewer staged steps and the shorter blocks.
+        assert!(
+            s5.ring && s5.acc && s5.ch == 64 && s5.p == STEPS_WIDE,
+            "{s5:?}"
+        );
+        assert!(!layout(127, 4, 227 * 1024, false).acc);
+        // S8: the ring (194 KB) fits with fewer staged steps and the shorter blocks, the
+        // accumulators (194 KB more) do not.
         let s8 = layout(1000, 24, 227 * 1024, true);
-        assert!(s8.ring && s8.ch < 64 && s8.p == STEPS, "{s8:?}");
+        assert!(s8.ring && !s8.acc && s8.ch < 64 && s8.p == STEPS, "{s8:?}");
         for (lay, k, c) in [(s5, 127, 4), (s8, 1000, 24)] {
             assert_eq!(lay.ch % lay.p, 0);
             // Both kernels of a backward pass share the state, so the steps a block.
@@ -731,6 +748,7 @@ pub(crate) mod tests {
                         ring,
                         bytes: 0,
                         p,
+                        acc: false,
                     };
                     let (name, module, steps) = placed(k, lay);
                     let found = match module {
@@ -837,13 +855,14 @@ pub(crate) mod tests {
     }
 
     /// Runs the kernels of width `ct` on `p` under the emulation `exe` (compiled for `steps`
-    /// steps a block), with `threads` per block and, where `ring`, the ring in shared memory:
-    /// the forward pass, or the backward pass with upstream gradients `up`.
+    /// steps a block), with `threads` per block and, where `ring`, the ring in shared memory
+    /// (where `acc`, the second halves' accumulators too): the forward pass, or the backward
+    /// pass with upstream gradients `up`.
     fn emulate(
         (exe, steps): (&std::path::Path, usize),
         p: &semicrf_core::Potentials<'_, f64>,
         threads: usize,
-        ring: bool,
+        (ring, acc): (bool, bool),
         ct: usize,
         up: Option<&[f64]>,
     ) -> Emulated {
@@ -859,12 +878,12 @@ pub(crate) mod tests {
         let en: Vec<f64> = (0..c).map(|j| p.end_at(j)).collect();
         let par = params(&tr, &dur, &st, &en, k, c).expect("parameters within the range");
         let limit = 227 * 1024;
-        let la = layout_with(k, c, limit, false, ring, ct, steps);
-        let lb = layout_with(k, c, limit, true, ring, ct, steps);
+        let la = layout_with(k, c, limit, false, ring, false, ct, steps);
+        let lb = layout_with(k, c, limit, true, ring, acc, ct, steps);
         let ch = la.ch.min(lb.ch);
         let (la, lb) = (
-            layout_at(k, c, ch, la.ring, false, ct, steps),
-            layout_at(k, c, ch, lb.ring, true, ct, steps),
+            layout_at(k, c, ch, (la.ring, false), false, ct, steps),
+            layout_at(k, c, ch, (lb.ring, lb.acc), true, ct, steps),
         );
         let mut buf: Vec<u8> = Vec::new();
         let mut int = |x: i64| buf.extend_from_slice(&x.to_le_bytes());
@@ -885,6 +904,7 @@ pub(crate) mod tests {
             p.begin_boundary().is_some() as i64,
             p.end_boundary().is_some() as i64,
             ct as i64,
+            lb.acc as i64,
         ] {
             int(x);
         }
@@ -925,12 +945,12 @@ pub(crate) mod tests {
         k: usize,
         c: usize,
         ch: usize,
-        ring: bool,
+        (ring, acc): (bool, bool),
         marg: bool,
         ct: usize,
         p: usize,
     ) -> Layout {
-        let lay = layout_with(k, c, usize::MAX / 2, marg, ring, ct, p);
+        let lay = layout_with(k, c, usize::MAX / 2, marg, ring, acc, ct, p);
         // The bytes at `lay.ch`, less the difference in staged steps.
         let per_step = 8 * (4 * c + if marg { 2 * c + 4 } else { 0 });
         Layout {
@@ -939,6 +959,7 @@ pub(crate) mod tests {
             ring,
             bytes: lay.bytes - per_step * (lay.ch - ch),
             p,
+            acc,
         }
     }
 
@@ -992,13 +1013,14 @@ pub(crate) mod tests {
             let problem = Problem::Structured(p.clone());
             let threads = if seed % 3 == 0 { 128 } else { 32 }.max(c.div_ceil(32) * 32);
             let ring = seed % 4 != 3;
+            let acc = (ring, seed / 8 % 2 == 0);
             let tag = format!("seed {seed}: B={b} T={t} K={k} C={c}");
             let want = Reference.backward(&problem, &upstream(seed, b));
             let Ok(want) = want else { continue };
             // The general kernels, and those of the least width that holds C.
             let ct = WIDTHS.into_iter().find(|&w| c <= w).unwrap_or(0);
-            let fwd = emulate(exe, &p, threads, ring, 0, None);
-            let wide = emulate(exe, &p, threads, ring, ct, None);
+            let fwd = emulate(exe, &p, threads, acc, 0, None);
+            let wide = emulate(exe, &p, threads, acc, ct, None);
             assert_eq!(bits(&fwd.out), bits(&wide.out), "{tag}: width {ct}");
             assert_eq!(fwd.flag, wide.flag, "{tag}: width {ct}");
             assert!(
@@ -1015,8 +1037,8 @@ pub(crate) mod tests {
                 );
             }
             let g = upstream(seed, b);
-            let bwd = emulate(exe, &p, threads, ring, 0, Some(&g));
-            let wide = emulate(exe, &p, threads, ring, ct, Some(&g));
+            let bwd = emulate(exe, &p, threads, acc, 0, Some(&g));
+            let wide = emulate(exe, &p, threads, acc, ct, Some(&g));
             assert_eq!(bits(&bwd.out), bits(&wide.out), "{tag}: width {ct}");
             assert_eq!(bits(&bwd.rest), bits(&wide.rest), "{tag}: width {ct}");
             assert_eq!(bwd.flag, wide.flag, "{tag}: width {ct}");
@@ -1105,8 +1127,15 @@ pub(crate) mod tests {
             let threads = 64.max(c.div_ceil(32) * 32);
             let ct = WIDTHS.into_iter().find(|&w| c <= w).unwrap_or(0);
             let e = (exe.as_path(), STEPS);
-            emulate(e, &p, threads, true, ct, None);
-            emulate(e, &p, threads, seed == 0, ct, Some(&upstream(1, b)));
+            emulate(e, &p, threads, (true, false), ct, None);
+            emulate(
+                e,
+                &p,
+                threads,
+                (seed == 0, seed != 1),
+                ct,
+                Some(&upstream(1, b)),
+            );
         }
     }
 

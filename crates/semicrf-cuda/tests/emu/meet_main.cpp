@@ -3,8 +3,9 @@
 //     meet_main INPUT OUTPUT
 //
 // INPUT (little-endian): i64 header B, T, K, C, H, ch, threads, ring_a, ring_b, bytes_a,
-// bytes_b, backward, has_bb, has_eb, ct (the kernels' label width: 0, 8, 16 or 32); i64 lengths[B]; f64 scores[B·T·C]; begin boundary and
-// end boundary likewise where present; i64 n; f64 parameters[n] (`meet::params`); f64
+// bytes_b, backward, has_bb, has_eb, ct (the kernels' label width: 0, 8, 16 or 32), acc
+// (the second kernel's accumulators in shared memory); i64 lengths[B]; f64 scores[B·T·C];
+// begin boundary and end boundary likewise where present; i64 n; f64 parameters[n] (`meet::params`); f64
 // upstream[B]. The layouts (`ring_*`: the ring in shared memory; `bytes_*`: dynamic shared
 // memory) are the host's (`meet::layout`) for the first and the second kernel.
 //
@@ -38,7 +39,7 @@ int main(int argc, char** argv) {
     }
     FILE* in = fopen(argv[1], "rb");
     if (!in) return 2;
-    const auto h = emu::read<long long>(in, 15);
+    const auto h = emu::read<long long>(in, 16);
     const long long B = h[0], T = h[1], K = h[2], C = h[3], H = h[4], ch = h[5], threads = h[6];
     const bool ring_a = h[7], ring_b = h[8], backward = h[11], has_bb = h[12], has_eb = h[13];
     const size_t bytes_a = h[9], bytes_b = h[10];
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
         emu::launch(meet_z_log, B, threads, bytes_a, a);
     } else {
         emu::launch(ring_a ? set.save_r : set.save, 2 * B, threads, bytes_a, a);
+        a.acc = (int)h[15];
         emu::launch(ring_b ? set.bwd_r : set.bwd, 2 * B, threads, bytes_b, a);
     }
     FILE* o = fopen(argv[2], "wb");
