@@ -84,8 +84,9 @@
 //    and transition marginals of the block's steps, each accumulator owned by one thread.
 //
 // So the sequential part of a step costs O(C + P) per thread instead of O(C + K·C / threads),
-// and the O(K·C) part and everything a step only writes run on every thread of the block. Sums are taken in an order fixed by
-// the thread numbers alone: results are bitwise identical from run to run.
+// and the O(K·C) part and everything a step only writes run on every thread of the block.
+// Sums are taken in an order fixed by the thread numbers alone: results are bitwise
+// identical from run to run.
 
 #ifndef MEET_SMEM
 #define MEET_SMEM(name) extern __shared__ double name[]
@@ -264,7 +265,7 @@ struct Sweep {
     bool act;  // thread j is a label's
     // label j's state (thread j): G = gm·2^gx, 1/G = gim·2^-gx, G before the last update
     // gmo·2^gxo (the mantissas stay within 2^±32: G itself may be far out of range in a block)
-    double gm, gmo, gim, lam, u0, emt, etmo;
+    double gm, gmo, gim, lam, u0;
     int gx, gxo, last, floor;
     i64 E, Eold;
     // shared memory
@@ -355,9 +356,9 @@ struct Sweep {
             q += ch;
             oRu = q;
             q += ch;
-            gsw = q;  // G·(window sum) + twin·Wl[j, 1] of each step (phase 3: d = 1's terms)
+            gsw = q;  // G·(window sum) + twin·Wl[j, 1] of each step
             q += P * C;
-            tw = q;  // twin·Wl[j, 1]
+            tw = q;  // twin·Wl[j, 1] (phase 3: duration 1's terms)
             q += P * C;
             mus = q;  // the running position marginal and the last end marginal, two copies
             q += 2 * C;
@@ -376,8 +377,6 @@ struct Sweep {
         }
         ring = q;  // placed by `mt_place`
         u0 = act ? __ldg(&p.u0[j]) : 0.0;
-        emt = act ? __ldg(&p.emt[j]) : 0.0;
-        etmo = act ? __ldg(&p.etmo[j]) : 0.0;
     }
 
     // The logical position's element of an input, or of its reverse.
@@ -906,14 +905,12 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
     const int nd = t < K ? t : K;
     const double* Ap = w.A + k * w.C4;
     double v = 0.0, ev = 0.0, mx = 0.0, em = 0.0;
-    int hm = 0;
     if (t == 1) {
         v = w.u0;
     } else {
         // The transition step: every thread reads the whole row (the same maxima everywhere),
         // four labels at a time (the row is padded with zeros to a multiple of four).
         double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0, m0 = 0.0, m1 = 0.0;
-        int h0 = 0, h1 = 0;
         const double* tl = w.tl + (w.act ? j : 0);
         for (int i = 0; i < C; i += 4) {
             const double x0 = Ap[i], x1 = Ap[i + 1], x2 = Ap[i + 2], x3 = Ap[i + 3];
@@ -925,12 +922,9 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
             m1 = m1 > x1 ? m1 : x1;
             m0 = m0 > x2 ? m0 : x2;
             m1 = m1 > x3 ? m1 : x3;
-            h0 = mt_imax(h0, mt_imax(mt_hi(x0), mt_hi(x2)));
-            h1 = mt_imax(h1, mt_imax(mt_hi(x1), mt_hi(x3)));
         }
         v = (v0 + v1) + (v2 + v3);
         mx = m0 > m1 ? m0 : m1;
-        hm = mt_imax(h0, h1);
         if (w.anyer[k]) {
             const double* ERp = w.ER + k * w.C4;
             for (int i2 = 0; i2 < C; ++i2) {
@@ -941,7 +935,7 @@ __device__ __forceinline__ void mt_step(Sweep& w, Blk& bk, int t0, int k, int r,
             if (em > mt_err() * mx && j == 0) atomicOr(w.flg, 4);
         }
     }
-    const int e = t >= 2 ? mt_step_e(hm, Ap, C) : 0;
+    const int e = t >= 2 ? mt_step_e(mt_hi(mx), Ap, C) : 0;
     w.Eold = w.E;
     w.E += e;
     // The common step, on the whole warp (a vote): the label's window open, nothing of it lost
@@ -1089,7 +1083,7 @@ __device__ __forceinline__ int mt_fast(Sweep& w, Blk& bk, int t0, int n, int r0)
             double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0, m0 = 0.0, m1 = 0.0;
             int h0 = 0, h1 = 0;
             // The largest exponent from high words (fewer instructions) up to 16 labels; wider,
-            // that would take registers that spill.
+            // the registers that takes spill (32 labels at 512 threads).
             constexpr bool HI = CT <= 16;
 #pragma unroll
             for (int i = 0; i < CT; i += 4) {
@@ -1119,24 +1113,14 @@ __device__ __forceinline__ int mt_fast(Sweep& w, Blk& bk, int t0, int n, int r0)
                 }
             }
         }
-        // Up to 16 labels, the step is computed before the warp's vote (wider, the registers
-        // it would take spill) and made after it.
-        constexpr bool EARLY = CT <= 16;
+        // The step is computed before the warp's vote and made after it.
         const double f = w.sF[r * C + jj], bbf = w.sB[r * C + jj];
         const double twin = v * bbf;
         const double entry = twin * w.gim * mt_pow2(-w.gx);
         const bool easy = !w.act | mt_easy_ok(w, k, f, entry, k == 0);
-        double s = 0.0;
-        Easy q{};
-        if constexpr (EARLY) {
-            s = bk.hf * w.H[k * C + jj] + mt_inreg(er, wr, k);
-            q = mt_easy(w, bk, r, e, twin, s);
-        }
+        const double s = bk.hf * w.H[k * C + jj] + mt_inreg(er, wr, k);
+        const Easy q = mt_easy(w, bk, r, e, twin, s);
         if (!__all_sync(0xffffffffu, easy)) return k;
-        if constexpr (!EARLY) {
-            s = bk.hf * w.H[k * C + jj] + mt_inreg(er, wr, k);
-            q = mt_easy(w, bk, r, e, twin, s);
-        }
         w.Eold = w.E;
         w.E += e;
         if (w.act) {

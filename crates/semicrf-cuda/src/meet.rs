@@ -152,26 +152,24 @@ pub(crate) struct Layout {
 /// where they fit too; else the most without them.
 pub(crate) fn layout(k: usize, c: usize, limit: usize, marg: bool) -> Layout {
     let ct = width(c);
-    layout_with(k, c, limit, marg, true, marg, ct, steps(k, c, limit, ct))
+    layout_with(k, c, limit, marg, (true, marg), ct, steps(k, c, limit, ct))
 }
 
 /// Steps a block of the kernels of width `ct` for `K`, `C` within `limit` bytes of shared
 /// memory ([`STEPS`]): the same for both kernels of a backward pass, which share the state.
 pub(crate) fn steps(k: usize, c: usize, limit: usize, ct: usize) -> usize {
-    let wide = ct > 0 && layout_with(k, c, limit, true, true, false, ct, STEPS_WIDE).ring;
+    let wide = ct > 0 && layout_with(k, c, limit, true, (true, false), ct, STEPS_WIDE).ring;
     if wide { STEPS_WIDE } else { STEPS }
 }
 
 /// [`layout`], with the ring kept out of shared memory unless `ring` and the accumulators
 /// unless `acc`, for the kernels of width `ct` and `p` steps a block (for tests).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn layout_with(
     k: usize,
     c: usize,
     limit: usize,
     marg: bool,
-    ring: bool,
-    acc: bool,
+    (ring, acc): (bool, bool),
     ct: usize,
     p: usize,
 ) -> Layout {
@@ -878,8 +876,8 @@ pub(crate) mod tests {
         let en: Vec<f64> = (0..c).map(|j| p.end_at(j)).collect();
         let par = params(&tr, &dur, &st, &en, k, c).expect("parameters within the range");
         let limit = 227 * 1024;
-        let la = layout_with(k, c, limit, false, ring, false, ct, steps);
-        let lb = layout_with(k, c, limit, true, ring, acc, ct, steps);
+        let la = layout_with(k, c, limit, false, (ring, false), ct, steps);
+        let lb = layout_with(k, c, limit, true, (ring, acc), ct, steps);
         let ch = la.ch.min(lb.ch);
         let (la, lb) = (
             layout_at(k, c, ch, (la.ring, false), false, ct, steps),
@@ -950,7 +948,7 @@ pub(crate) mod tests {
         ct: usize,
         p: usize,
     ) -> Layout {
-        let lay = layout_with(k, c, usize::MAX / 2, marg, ring, acc, ct, p);
+        let lay = layout_with(k, c, usize::MAX / 2, marg, (ring, acc), ct, p);
         // The bytes at `lay.ch`, less the difference in staged steps.
         let per_step = 8 * (4 * c + if marg { 2 * c + 4 } else { 0 });
         Layout {
