@@ -852,9 +852,11 @@ fn estimates_at_huge_dimensions_are_typed_answers<E: Engine<f64>>(e: &E) {
                     for form in [
                         semicrf_core::Form::Structured {
                             duration_dependent_transition: false,
+                            boundaries: [true, true],
                         },
                         semicrf_core::Form::Structured {
                             duration_dependent_transition: true,
+                            boundaries: [true, true],
                         },
                         semicrf_core::Form::Edges,
                     ] {
@@ -893,6 +895,7 @@ fn estimates_at_huge_dimensions_are_typed_answers<E: Engine<f64>>(e: &E) {
         shape: Shape::new(2, t, 4, 3),
         form: semicrf_core::Form::Structured {
             duration_dependent_transition: false,
+            boundaries: [true, true],
         },
         op: Op::Backward,
         dtype_bytes: 8,

@@ -139,6 +139,7 @@ pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
                 shape: s,
                 form: Form::Structured {
                     duration_dependent_transition: false,
+                    boundaries: [false, false],
                 },
                 op: pass.op(),
                 dtype_bytes: 4,

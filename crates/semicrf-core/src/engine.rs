@@ -96,6 +96,9 @@ pub enum Form {
     Structured {
         /// Whether the transition is `(K, C, C)`.
         duration_dependent_transition: bool,
+        /// Whether the begin and the end boundary scores are given (`[begin, end]`): an
+        /// engine that copies its inputs counts the memory of those given only.
+        boundaries: [bool; 2],
     },
     /// Edge potentials `(B, T, K, C, C)`.
     Edges,

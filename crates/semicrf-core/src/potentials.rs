@@ -467,6 +467,7 @@ impl<'a, F: Scalar> Problem<'a, F> {
         match self {
             Problem::Structured(p) => crate::Form::Structured {
                 duration_dependent_transition: p.has_duration_dependent_transition(),
+                boundaries: [p.begin_boundary().is_some(), p.end_boundary().is_some()],
             },
             Problem::Edges(_) => crate::Form::Edges,
         }

@@ -294,6 +294,7 @@ fn memory_required_grows_like_sqrt_t_for_backward_and_is_flat_for_forward() {
         shape: Shape::new(1, t, 100, 24),
         form: Form::Structured {
             duration_dependent_transition: false,
+            boundaries: [false, false],
         },
         op,
         dtype_bytes: 4,

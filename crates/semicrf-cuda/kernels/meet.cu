@@ -200,13 +200,13 @@ struct Par {
     }
 };
 
-// A sweep's state saved between the kernels: the ring ((K+P)·C, label-major: the entries of
-// the last K+P starts, so that phase 3 still finds the window of a block's first step after
-// phase 2 made P new ones), then per label the mantissas of G, of G before the last step's
+// A sweep's state saved between the kernels: the ring's window after the sweep's last step
+// tl (K·C, label-major: the entries of starts tl-K .. tl-1, start s in slot s mod K; no later
+// step reads an older one), then per label the mantissas of G, of G before the last step's
 // update and of 1/G, λ, the newest lost entry's start, the window's start, α̃ and its bound
 // of the last step, the exponents of G and of G before the last update; then E, E before the
-// last step and the steps done.
-__device__ __forceinline__ i64 state_len(i64 K, i64 C) { return (K + MT_P) * C + 10 * C + 4; }
+// last step and the steps done (tl).
+__device__ __forceinline__ i64 state_len(i64 K, i64 C) { return K * C + 10 * C + 4; }
 
 // An input element, stored as f32 or f64.
 __device__ __forceinline__ double mt_in(const MArgs& a, const void* p, i64 i) {
@@ -1228,10 +1228,16 @@ __device__ void mt_run(Sweep& w, int tfirst, int tlast, i64 EZ, double kz, const
 
 // Loads a sweep's state saved by the first kernel (the ring into `w.ring`).
 __device__ void mt_load(Sweep& w, const double* s) {
-    const int C = w.C;
-    const i64 rkc = (i64)w.RK * C;
-    for (i64 x = threadIdx.x; x < rkc; x += blockDim.x) w.ring[x] = s[x];
-    const double* q = s + rkc;
+    const int C = w.C, K = w.K, RK = w.RK;
+    const double* q = s + (i64)K * C;
+    // Slot r of the running ring holds the window's start tl-K+i with i = (r - (tl-K)) mod RK
+    // where i < K; the other slots are read by no later step.
+    const int tl = (int)q[10 * C + 2];
+    for (i64 x = threadIdx.x; x < (i64)RK * C; x += blockDim.x) {
+        const int j = (int)(x / RK), r = (int)(x % RK);
+        const int st = tl - K + mt_mod(r - (tl - K), RK);
+        w.ring[x] = st < tl && st >= 0 ? s[(i64)j * K + mt_mod(st, K)] : 0.0;
+    }
     for (int x = threadIdx.x; x < (MT_P + 1) * w.C4; x += blockDim.x) {
         const int c = x % w.C4;
         w.A[x] = x < C ? q[6 * C + c] : 0.0;
@@ -1269,10 +1275,13 @@ __device__ void mt_load(Sweep& w, const double* s) {
 // Saves a sweep's state after its last step (the ring from `w.ring`, the last row from
 // A[P]). Label j's thread writes its registers.
 __device__ void mt_save(Sweep& w, double* s, int steps) {
-    const int C = w.C, P = MT_P;
-    const i64 rkc = (i64)w.RK * C;
-    for (i64 x = threadIdx.x; x < rkc; x += blockDim.x) s[x] = w.ring[x];
-    double* q = s + rkc;
+    const int C = w.C, P = MT_P, K = w.K, RK = w.RK;
+    const i64 kc = (i64)K * C;
+    for (i64 x = threadIdx.x; x < kc; x += blockDim.x) {
+        const int j = (int)(x / K), st = steps - K + (int)(x % K);  // the window's starts
+        s[(i64)j * K + mt_mod(st, K)] = st >= 0 ? w.ring[(i64)j * RK + mt_mod(st, RK)] : 0.0;
+    }
+    double* q = s + kc;
     if (w.act) {
         q[w.j] = w.gm;
         q[C + w.j] = w.gmo;
@@ -1351,15 +1360,15 @@ __device__ void meet_a(const MArgs& a) {
     if (threadIdx.x == 0) atomicOr(&a.flag[b], *w.flg);
 }
 
-// Σ_{c=0..nc} wl[c]·ring[(r0 - c) mod RK] (0 <= r0 < RK, nc < RK): two contiguous runs,
+// Σ_{c=0..nc} wl[c]·ring[(r0 - c) mod n] (0 <= r0 < n, nc < n): two contiguous runs,
 // four partial sums each.
 __device__ __forceinline__ double mt_dot(const double* __restrict__ wl, const double* ring,
-                                         int nc, int r0, int RK) {
+                                         int nc, int r0, int n) {
     double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
     int c = 0;
     for (int seg = 0; seg < 2; ++seg) {
         const int hi = seg == 0 ? (nc < r0 ? nc : r0) : nc;
-        const double* base = ring + r0 + (seg == 0 ? 0 : RK);
+        const double* base = ring + r0 + (seg == 0 ? 0 : n);
         for (; c + 3 <= hi; c += 4) {
             s0 += __ldg(&wl[c]) * base[-c];
             s1 += __ldg(&wl[c + 1]) * base[-(c + 1)];
@@ -1385,9 +1394,9 @@ struct Met {
 // butterfly of shuffles, so the order of every sum is fixed by the lane numbers; every
 // thread returns the same result. `zl`: 3·C words of shared scratch.
 __device__ Met mt_meet(Sweep& w, const double* sf, const double* sr, double* zl) {
-    const int K = w.K, RK = w.RK, C = w.C, L = w.L, m = w.m, nt = blockDim.x;
-    const double* qf = sf + (i64)RK * C;
-    const double* qr = sr + (i64)RK * C;
+    const int K = w.K, C = w.C, L = w.L, m = w.m, nt = blockDim.x;
+    const double* qf = sf + (i64)K * C;
+    const double* qr = sr + (i64)K * C;
     double* zz = zl;          // z_j (scaled by 2^-(kx+ky))
     double* zk = zl + C;      // kx + ky
     double* zb = zl + 2 * C;  // the bound on what underflow lost, likewise scaled
@@ -1418,37 +1427,37 @@ __device__ Met mt_meet(Sweep& w, const double* sf, const double* sr, double* zl)
         // Starts m-a >= the window's start, ends m+c with c <= ncr (none for a lane off).
         const int na = on ? (K < m - ff ? K : m - ff) : 0;
         const int ncr = on ? (K - 1 < L - m - fr ? K - 1 : L - m - fr) : -1;
-        const double* rf = sf + (i64)jc * RK;
-        const double* rr = sr + (i64)jc * RK;
+        const double* rf = sf + (i64)jc * K;
+        const double* rr = sr + (i64)jc * K;
         // Each side scaled by its largest entry: x_a = entry·gmf·2^-kxe, whose true value is
         // x_a·2^(kxe + gxf); likewise y_c.
         double mxe = 0.0, mye = 0.0;
         for (int a1 = 1 + l; a1 <= na; a1 += gp) {
-            const double x = rf[mt_mod(m - a1, RK)];
+            const double x = rf[mt_mod(m - a1, K)];
             mxe = mxe > x ? mxe : x;
         }
         for (int c = l; c <= ncr; c += gp) {
-            const double y = rr[mt_mod(L - m - c, RK)];
+            const double y = rr[mt_mod(L - m - c, K)];
             mye = mye > y ? mye : y;
         }
         mxe = max(mxe);
         mye = max(mye);
         const int kxe = mxe > 0.0 ? mt_expo(mxe) : 0, kye = mye > 0.0 ? mt_expo(mye) : 0;
         const double sx = gmf * mt_pow2(-kxe), sy = gmr * mt_pow2(-kye);
-        const int r0 = mt_mod(L - m, RK);  // the slot of end m (c = 0); end m+c at r0 - c
+        const int r0 = mt_mod(L - m, K);  // the slot of end m (c = 0); end m+c at r0 - c
         // A product x·s·sy that underflows, or an x below the subnormals, is at most 2^-1000
         // of the largest (x and y are scaled to at most 2): `under` bounds them all, where
         // something is there to lose (`live`).
         double z = 0.0, sxf = 0.0, syr = 0.0, live = 0.0;
         for (int a1 = 1 + l; a1 <= na; a1 += gp) {
-            const double x = rf[mt_mod(m - a1, RK)] * sx;
+            const double x = rf[mt_mod(m - a1, K)] * sx;
             const int nc = (K - a1 < ncr ? K - a1 : ncr);
-            const double s = mt_dot(w.p.wl + (i64)jc * K + a1 - 1, rr, nc, r0, RK);
+            const double s = mt_dot(w.p.wl + (i64)jc * K + a1 - 1, rr, nc, r0, K);
             z += x * s * sy;
             sxf += x;
             live = x > 0.0 && s > 0.0 ? 1.0 : live;
         }
-        for (int c = l; c <= ncr; c += gp) syr += rr[mt_mod(L - m - c, RK)] * sy;
+        for (int c = l; c <= ncr; c += gp) syr += rr[mt_mod(L - m - c, K)] * sy;
         z = sum(z);
         sxf = sum(sxf);
         syr = sum(syr);
@@ -1534,7 +1543,7 @@ __device__ void meet_b(const MArgs& a) {
     const double* oerm = a.erm + orow;
     // The meet's own marginals: E_m, B_{m-1}, the segment (m-1, 1), μ_{m-1}.
     const i64 rowf = ((i64)b * 2) * a.H, rowr = ((i64)b * 2 + 1) * a.H;
-    const i64 rkc = (i64)w.RK * C;
+    const i64 rkc = (i64)K * C;
     double mu = 0.0, ep = 0.0, d1 = 0.0;
     if (w.act) {
         const int j = w.j;
@@ -1557,8 +1566,8 @@ __device__ void meet_b(const MArgs& a) {
             if (m == L) a.pen[(i64)b * C + j] = emv;
             // The segment (m-1, 1, j): the a = 1, c = 0 term of the meet.
             if ((int)sf[rkc + 5 * C + j] <= m - 1 && (int)sr[rkc + 5 * C + j] <= L - m) {
-                const double x = sf[(i64)j * w.RK + mt_mod(m - 1, w.RK)];
-                const double y = sr[(i64)j * w.RK + mt_mod(L - m, w.RK)];
+                const double x = sf[(i64)j * K + mt_mod(m - 1, K)];
+                const double y = sr[(i64)j * K + mt_mod(L - m, K)];
                 if (x > 0.0 && y > 0.0) {
                     const int kx = mt_expo(x), ky = mt_expo(y);
                     const double v = mt_pow2(-kx) * x * sf[rkc + j] * mt_pow2(-ky) * y *
@@ -1630,7 +1639,7 @@ __device__ void meet_b(const MArgs& a) {
     MT_K meet_save_log##N##_r(MArgs a) { meet_a<MT_SAVE, true, CT>(a); } \
     MT_K meet_bwd_log##N(MArgs a) { meet_b<false, CT>(a); }              \
     MT_K meet_bwd_log##N##_r(MArgs a) { meet_b<true, CT>(a); }
-// Every module has its own meet_z_log: it reads the states its sweeps saved, whose layout
+// Every module has its own meet_z_log: it lays out shared memory as its sweeps do, which
 // depends on MT_P.
 MT_K meet_z_log(MArgs a) { meet_z(a); }
 #if !defined(MT_CT) || defined(MT_ALL)

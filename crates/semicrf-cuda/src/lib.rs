@@ -14,7 +14,10 @@
 //! let engine = CudaEngine::new(Algorithm::Streaming, 0);
 //! let query = Query {
 //!     shape: Shape::new(1, 8, 3, 2),
-//!     form: Form::Structured { duration_dependent_transition: false },
+//!     form: Form::Structured {
+//!         duration_dependent_transition: false,
+//!         boundaries: [false, false],
+//!     },
 //!     op: Op::forward::<LogSemiring>(),
 //!     dtype_bytes: 4,
 //!     threads: 1,
@@ -441,16 +444,17 @@ impl EngineInfo for CudaEngine {
         }
         Ok(())
     }
-    /// Device bytes the call allocates: the scores and both boundaries (as `f32` for `f32`
-    /// input, else `f64`; for exact and scan the materialised edges in `f64`), the rings or
-    /// tables, and for the backward pass the saved tables and the outputs.
+    /// Device bytes the call allocates: the scores and the boundaries given (as `f32` for
+    /// `f32` input, else `f64`; for exact and scan the materialised edges in `f64`), the
+    /// rings or tables, and for the backward pass the saved tables and the outputs.
     fn memory_required(&self, query: &Query) -> Result<u64> {
-        let dd = matches!(
-            query.form,
+        let (dd, given) = match query.form {
             Form::Structured {
-                duration_dependent_transition: true
-            }
-        );
+                duration_dependent_transition,
+                boundaries,
+            } => (duration_dependent_transition, boundaries),
+            Form::Edges => (false, [false; 2]),
+        };
         let what = match query.op {
             Op::Forward(info) if info.name == "entropy" => What::Forward(Ring::Entropy),
             Op::Forward(_) => What::Forward(Ring::Log),
@@ -463,7 +467,7 @@ impl EngineInfo for CudaEngine {
             // Where the kernels keep their rings depends on the device's shared memory.
             let smem = self.gpu().map_or(48 * 1024, |g| g.smem_limit);
             let dtype = query.dtype_bytes as usize;
-            streaming::bytes(query.shape, dd, what, dtype, smem, self.linear)
+            streaming::bytes(query.shape, (dd, given), what, dtype, smem, self.linear)
         };
         bytes.finish(&self.backend(), query.shape)
     }

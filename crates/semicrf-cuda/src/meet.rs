@@ -287,9 +287,10 @@ pub(crate) fn rows(t: usize) -> usize {
     t / 2 + 2
 }
 
-/// Words of a sweep's saved state (`state_len` of the kernels of `p` steps a block).
-pub(crate) fn state_words(k: usize, c: usize, p: usize) -> usize {
-    (k + p) * c + 10 * c + 4
+/// Words of a sweep's saved state (`state_len` of the kernels): the ring's last `K` entries
+/// of every label and ten words a label besides.
+pub(crate) fn state_words(k: usize, c: usize) -> usize {
+    k * c + 10 * c + 4
 }
 
 /// Device bytes of the kernels' own buffers for `shape` (`backward`: with the saved rows and
@@ -300,7 +301,7 @@ pub(crate) fn bytes(shape: Shape, backward: bool, lay: Layout, eb: bool) -> Byte
     let h = rows(t);
     let params = ByteCount::f64s(&[k * c + 2 * (c * c + 3 * c) + 2 * c]);
     let mut n = params
-        + ByteCount::f64s(&[b, 2, state_words(k, c, lay.p)])
+        + ByteCount::f64s(&[b, 2, state_words(k, c)])
         + ByteCount::f64s(&[2, b])
         + ByteCount::f64s(&[b.div_ceil(2)]);
     if !lay.ring {
@@ -325,8 +326,8 @@ pub(crate) fn bytes(shape: Shape, backward: bool, lay: Layout, eb: bool) -> Byte
 /// The kernel that runs `kernel` with layout `lay`: one variant per label width (`_cN`) and
 /// placement of the ring (`_r`: shared memory), so that the kernels address shared memory
 /// directly; with the module that holds it: its label width (0: the general kernels) and
-/// steps a block (each module has its own `meet_z_log`, which reads the states of its
-/// sweeps).
+/// steps a block (each module has its own `meet_z_log`, whose shared memory is laid out as
+/// its sweeps').
 pub(crate) fn placed(kernel: &str, lay: Layout) -> (String, usize, usize) {
     if kernel == "meet_z_log" {
         return (kernel.into(), lay.ct, lay.p);
@@ -578,7 +579,7 @@ impl<'g> Call<'g> {
         let buf = self.zeros::<f64>(Small::words(b, kc, cc, c1))?;
         let base = self.ptr(&buf);
         Ok(Bufs {
-            st: self.zeros::<f64>(b * 2 * state_words(k, c, lay.p))?,
+            st: self.zeros::<f64>(b * 2 * state_words(k, c))?,
             ring: if lay.ring {
                 None
             } else {

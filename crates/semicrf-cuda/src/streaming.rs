@@ -158,14 +158,14 @@ pub(crate) fn smem(kernel: &str, k: usize, c: usize, limit: usize) -> Smem {
     }
 }
 
-/// Device bytes a call allocates for `shape` and inputs of `dtype_bytes` (scores and both
-/// boundaries counted, and the begin boundary's gradient, so an upper bound). `smem_limit`
+/// Device bytes a call allocates for `shape` and inputs of `dtype_bytes`: the scores and the
+/// boundaries `given` (`[begin, end]`), with a `(K, C, C)` transition where `dd`. `smem_limit`
 /// (bytes of shared memory a block may use) decides where the kernels of `kernels/meet.cu`
 /// keep their rings and accumulators. A call that may run them counts their buffers and
 /// those of the log-domain rerun of every sequence they could give up.
 pub(crate) fn bytes(
     shape: Shape,
-    dd: bool,
+    (dd, given): (bool, [bool; 2]),
     what: What,
     dtype_bytes: usize,
     smem_limit: usize,
@@ -178,7 +178,8 @@ pub(crate) fn bytes(
         ByteCount::f64s(&[c, c])
     };
     let stored = if dtype_bytes == 4 { 4 } else { 8 };
-    let inputs = ByteCount::bytes(&[3, b, t, c, stored])
+    let arrays = 1 + given.iter().filter(|&&g| g).count();
+    let inputs = ByteCount::bytes(&[arrays, b, t, c, stored])
         + tr
         + ByteCount::f64s(&[k, c])
         + ByteCount::f64s(&[2, c])
@@ -226,7 +227,7 @@ pub(crate) fn bytes(
             rings(if dd { 4 } else { 3 })
                 + ByteCount::f64s(&[2, b])
                 + ByteCount::f64s(&[2, b, t1, c])
-                + ByteCount::f64s(&[3, b, t, c])
+                + ByteCount::f64s(&[if given[0] { 3 } else { 2 }, b, t, c])
                 + ByteCount::f64s(&[b, t])
                 + ByteCount::f64s(&[b, k, c])
                 + ptr

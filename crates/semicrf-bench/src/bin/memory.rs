@@ -259,6 +259,7 @@ fn main() {
             shape: c.shape,
             form: semicrf_core::Form::Structured {
                 duration_dependent_transition: false,
+                boundaries: [false, false],
             },
             op: Op::Backward,
             dtype_bytes: 4,
@@ -294,6 +295,7 @@ fn main() {
                         shape: Shape::new(1, t, 100, 24),
                         form: semicrf_core::Form::Structured {
                             duration_dependent_transition: false,
+                            boundaries: [false, false],
                         },
                         op: Op::Backward,
                         dtype_bytes: 4,

@@ -329,7 +329,8 @@ pub(crate) fn memory(backend: &str, query: &Query, par: Parallelism, delta: usiz
                 let tr = if matches!(
                     query.form,
                     Form::Structured {
-                        duration_dependent_transition: true
+                        duration_dependent_transition: true,
+                        ..
                     }
                 ) {
                     ByteCount::f64s(&[full_k, c, c])

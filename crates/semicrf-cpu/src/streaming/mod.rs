@@ -395,7 +395,8 @@ impl EngineInfo for StreamingEngine {
         let dd = matches!(
             query.form,
             Form::Structured {
-                duration_dependent_transition: true
+                duration_dependent_transition: true,
+                ..
             }
         );
         self.memory_bytes(query.shape, dd, query.op, query.threads)

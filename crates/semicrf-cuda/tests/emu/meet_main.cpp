@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     const auto up = emu::read<double>(in, B);
     fclose(in);
 
-    const long long S = (K + MT_P) * C + 10 * C + 4;
+    const long long S = K * C + 10 * C + 4;
     std::vector<double> st(B * 2 * S), alpha(B * 2 * H * C), u(B * 2 * H * C), erm(B * 2 * H);
     std::vector<double> ring(B * 2 * (K + MT_P) * C), out(2 * B), gsc(btc), gbb(btc), geb(btc);
     std::vector<double> bm(B * T), pdur(B * 2 * K * C), ptr(B * 2 * C * C), pst(B * C), pen(B * C);
