@@ -456,20 +456,25 @@ fn edge_kernels_match_the_cpu_exact_engine() {
 }
 
 /// `memory_required` is an upper bound of the bytes every call allocates, for every engine,
-/// operation, transition form and input type (inputs with both boundaries, the largest
-/// case), and it is not loose: the bytes allocated are at least two thirds of it. What the
+/// operation, transition form and input type, with both boundaries or none, and it is not
+/// loose: the bytes allocated are at least two thirds of it. What the
 /// driver set aside (the fall of free memory, page granularity included) is printed.
 #[test]
 fn memory_required_bounds_what_calls_allocate() {
     use semicrf_core::{Algorithm, EngineInfo};
     let Some(_) = gpu() else { return };
-    for (algorithm, dd, (b, t, k, c)) in [
-        (Algorithm::Streaming, false, (4, 3000, 40, 6)),
-        (Algorithm::Streaming, true, (2, 500, 12, 5)),
-        (Algorithm::Exact, false, (2, 400, 12, 5)),
-        (Algorithm::Scan, true, (3, 300, 7, 9)),
+    for (algorithm, dd, bounds, (b, t, k, c)) in [
+        (Algorithm::Streaming, false, true, (4, 3000, 40, 6)),
+        (Algorithm::Streaming, false, false, (4, 3000, 40, 6)),
+        (Algorithm::Streaming, false, false, (32, 64, 7, 9)),
+        (Algorithm::Streaming, true, true, (2, 500, 12, 5)),
+        (Algorithm::Streaming, true, false, (2, 500, 12, 5)),
+        (Algorithm::Exact, false, true, (2, 400, 12, 5)),
+        (Algorithm::Scan, true, true, (3, 300, 7, 9)),
     ] {
         let mut spec = GenSpec::new(b, t, k, c).everything();
+        // Without boundaries the bound counts the scores alone.
+        spec.boundaries = bounds;
         spec.transition = if dd {
             TransitionKind::DurationDependent
         } else {
@@ -477,7 +482,10 @@ fn memory_required_bounds_what_calls_allocate() {
         };
         let owned = random_problem(41, &spec);
         let e = CudaEngine::new(algorithm, 0);
-        let tag = format!("{} dd={dd} ({b}, {t}, {k}, {c})", e.name());
+        let tag = format!(
+            "{} dd={dd} boundaries={bounds} ({b}, {t}, {k}, {c})",
+            e.name()
+        );
         allocations_within_the_bound(&e, &Problem::Structured(owned.view().unwrap()), &tag);
         let o32 = owned.cast::<f32>();
         allocations_within_the_bound(&e, &Problem::Structured(o32.view().unwrap()), &tag);

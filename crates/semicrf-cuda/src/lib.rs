@@ -504,7 +504,7 @@ impl<F: Scalar> Engine<F> for CudaEngine {
         // Large results' host arrays are made ready on other threads while the kernels run
         // (for small ones, starting the threads would cost more).
         let sh = p.shape();
-        let ready = sh.batch * sh.len * sh.labels * 8 >= stage::DIRECT_BELOW;
+        let ready = sh.batch * sh.len * sh.labels * 8 >= stage::READY_FROM;
         streaming::backward(&gpu, &backend, &model, src, upstream, linear, ready, then)
     }
     fn viterbi(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {

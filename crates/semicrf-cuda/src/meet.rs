@@ -637,9 +637,28 @@ impl<'g> Call<'g> {
             },
             true,
         )?;
+        let (alpha, u) = (
+            self.zeros::<f64>(b * 2 * h * c)?,
+            self.zeros::<f64>(b * 2 * h * c)?,
+        );
+        let ex = self.zeros::<i64>(b * 2 * h)?;
+        let erm = self.zeros::<f64>(b * 2 * h)?;
+        let mut a = self.margs(par, &bufs);
+        a.alpha = self.ptr(&alpha);
+        a.u = self.ptr(&u);
+        a.ex = self.ptr(&ex);
+        a.erm = self.ptr(&erm);
+        a.up = self.up;
+        a.pdur = bufs.small.pdur();
+        a.ptr = bufs.small.ptr();
+        a.pst = bufs.small.pst();
+        a.pen = bufs.small.pen();
+        self.meet_launch("meet_save_log", 2 * b, la, &a)?;
+        // The outputs, which only the second kernel writes, are made ready while the first
+        // runs.
         let g = Grads {
-            alpha: self.zeros::<f64>(b * 2 * h * c)?,
-            u: self.zeros::<f64>(b * 2 * h * c)?,
+            alpha,
+            u,
             gsc: self.zeros::<f64>(b * t * c)?,
             gbb: self.zeros::<f64>(b * t * c)?,
             geb: if eb {
@@ -649,23 +668,10 @@ impl<'g> Call<'g> {
             },
             bmarg: self.zeros::<f64>(b * t)?,
         };
-        let ex = self.zeros::<i64>(b * 2 * h)?;
-        let erm = self.zeros::<f64>(b * 2 * h)?;
-        let mut a = self.margs(par, &bufs);
-        a.alpha = self.ptr(&g.alpha);
-        a.u = self.ptr(&g.u);
-        a.ex = self.ptr(&ex);
-        a.erm = self.ptr(&erm);
-        a.up = self.up;
         a.gsc = self.ptr(&g.gsc);
         a.gbb = self.ptr(&g.gbb);
         a.geb = self.opt(&g.geb);
         a.bmarg = self.ptr(&g.bmarg);
-        a.pdur = bufs.small.pdur();
-        a.ptr = bufs.small.ptr();
-        a.pst = bufs.small.pst();
-        a.pen = bufs.small.pen();
-        self.meet_launch("meet_save_log", 2 * b, la, &a)?;
         a.acc = lb.acc as i32;
         self.meet_launch("meet_bwd_log", 2 * b, lb, &a)?;
         bufs.small.sum(self)?;

@@ -6,7 +6,8 @@
 //! for the life of the process, at most [`STAGE_BYTES`]): the bus moves one chunk while the
 //! host's threads (rayon) fill or empty another, and each chunk's slot is reused only after
 //! an event says its previous copy is done. `SEMICRF_CUDA_PINNED=0` in the environment sends
-//! every copy through pageable memory, for comparison.
+//! every copy through pageable memory, for comparison, and `SEMICRF_CUDA_DIRECT_BELOW=N`
+//! moves the threshold to `N` bytes.
 
 use std::sync::Mutex;
 
@@ -20,6 +21,11 @@ use crate::device::Gpu;
 /// Copies smaller than this (bytes) go straight from and to pageable memory.
 pub(crate) const DIRECT_BELOW: usize = 2 << 20;
 
+/// A backward pass's host arrays of results of at least this many bytes are made ready on
+/// another thread while the kernels run (every page written once), so that the copies back
+/// do not wait for the operating system to map fresh memory.
+pub(crate) const READY_FROM: usize = 64 << 10;
+
 /// The page-locked buffer's size (bytes) for a copy of at least that much.
 pub(crate) const STAGE_BYTES: usize = 32 << 20;
 
@@ -30,10 +36,18 @@ const CHUNK_BYTES: usize = 2 << 20;
 const TASK: usize = 1 << 15;
 
 /// Whether a copy of `bytes` goes straight from or to pageable memory.
-fn direct(bytes: usize) -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    bytes < DIRECT_BELOW
-        || *OFF.get_or_init(|| std::env::var("SEMICRF_CUDA_PINNED").as_deref() == Ok("0"))
+pub(crate) fn direct(bytes: usize) -> bool {
+    static BELOW: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    bytes
+        < *BELOW.get_or_init(|| {
+            if std::env::var("SEMICRF_CUDA_PINNED").as_deref() == Ok("0") {
+                return usize::MAX;
+            }
+            std::env::var("SEMICRF_CUDA_DIRECT_BELOW")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DIRECT_BELOW)
+        })
 }
 
 /// The page-locked buffer of a device, allocated on the first large copy.

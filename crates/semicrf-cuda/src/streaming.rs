@@ -289,6 +289,32 @@ pub(crate) enum Input {
     Borrowed { f32: bool },
 }
 
+/// The parts, one after the other, in a new device array of `T`, copied from where they are;
+/// `None` unless `F` is `T`.
+fn put<F: Scalar, T: DeviceRepr + 'static>(
+    gpu: &Gpu,
+    parts: &[std::borrow::Cow<'_, [F]>],
+    n: usize,
+) -> Option<std::result::Result<CudaSlice<T>, cudarc::driver::DriverError>> {
+    if std::any::TypeId::of::<F>() != std::any::TypeId::of::<T>() {
+        return None;
+    }
+    let copy = || {
+        let mut dst = gpu.uninit::<T>(n)?;
+        let mut at = 0;
+        for p in parts.iter().filter(|p| !p.is_empty()) {
+            // SAFETY: `F` is `T` (checked above), so the slice is the same memory read as
+            // the same type.
+            let p: &[T] = unsafe { std::slice::from_raw_parts(p.as_ptr().cast::<T>(), p.len()) };
+            gpu.stream
+                .memcpy_htod(p, &mut dst.slice_mut(at..at + p.len()))?;
+            at += p.len();
+        }
+        Ok(dst)
+    };
+    Some(copy())
+}
+
 impl Input {
     /// `parts` one after the other, in one copy.
     fn new<F: Scalar>(gpu: &Gpu, backend: &str, parts: &[&ArrayView3<'_, F>]) -> Result<Input> {
@@ -323,6 +349,18 @@ impl Input {
                     *o = to(x);
                 }
                 (i, out) = (0, rest);
+            }
+        }
+        // Below the staging threshold the parts go to the device from where they are: the
+        // input's element type is the device's (`f32` stays `f32`, `f64` is `f64`).
+        if crate::stage::direct(n * F::BYTES as usize) {
+            let r = if F::BYTES == 4 {
+                put::<F, f32>(gpu, &flat, n).map(|r| r.map(Input::F32))
+            } else {
+                put::<F, f64>(gpu, &flat, n).map(|r| r.map(Input::F64))
+            };
+            if let Some(r) = r {
+                return r.map_err(|e| driver(backend, e));
             }
         }
         let r = if F::BYTES == 4 {
@@ -901,8 +939,8 @@ fn log_backward(call: &Call<'_>, upstream: &[f64]) -> Result<Outputs> {
     call.gpu.mark();
     let ntr = if dd { k * c * c } else { c * c };
     let sum = |v: Vec<f64>, n: usize| weighted(upstream, bn, &v, n, |_| false, &[]);
-    let tr = sum(call.back(&o.ptr)?, ntr);
-    let dur = sum(call.back(&o.pdur)?, k * c);
+    let tr = sum(call.back(o.part(&o.ptr, call)?)?, ntr);
+    let dur = sum(call.back(o.part(&o.pdur, call)?)?, k * c);
     o.finish(call, log_z, tr, dur, upstream, None)
 }
 
@@ -942,10 +980,12 @@ struct Outs {
     gsc: CudaSlice<f64>,
     /// `None`: begin marginals are kept in `gsc` (the kernels' `bwd_tail`).
     gbb: Option<CudaSlice<f64>>,
-    geb: CudaSlice<f64>,
+    /// `None` where neither the end boundary nor a rerun needs it (as the next two where no
+    /// sequence of `kernels/meet.cu` is rerun).
+    geb: Option<CudaSlice<f64>>,
     bmarg: CudaSlice<f64>,
-    pdur: CudaSlice<f64>,
-    ptr: CudaSlice<f64>,
+    pdur: Option<CudaSlice<f64>>,
+    ptr: Option<CudaSlice<f64>>,
     /// Start and end marginals: addresses of `bn·c` values each (in `own` or in the
     /// small outputs of `kernels/meet.cu`).
     pst: u64,
@@ -965,10 +1005,10 @@ impl Outs {
         Ok(Outs {
             gsc: z(btc)?,
             gbb: if gbb { Some(z(btc)?) } else { None },
-            geb: z(btc)?,
+            geb: Some(z(btc)?),
             bmarg: z(bn * t)?,
-            pdur: call.zeros::<f64>(bn * k * c)?,
-            ptr: call.zeros::<f64>(bn * ntr)?,
+            pdur: Some(z(bn * k * c)?),
+            ptr: Some(z(bn * ntr)?),
             pst: call.ptr(&pst),
             pen: call.ptr(&pen),
             own: Some([pst, pen]),
@@ -998,13 +1038,25 @@ impl Outs {
         a.u = u.map_or(0, |u| call.ptr(u));
         a.gsc = call.ptr(&self.gsc);
         a.gbb = self.gbb.as_ref().map_or(a.gsc, |g| call.ptr(g));
-        a.geb = call.ptr(&self.geb);
+        a.geb = call.ptr(self.part(&self.geb, call)?);
         a.bmarg = call.ptr(&self.bmarg);
-        a.pdur = call.ptr(&self.pdur);
-        a.ptr = call.ptr(&self.ptr);
+        a.pdur = call.ptr(self.part(&self.pdur, call)?);
+        a.ptr = call.ptr(self.part(&self.ptr, call)?);
         a.pst = self.pst;
         a.pen = self.pen;
         Ok([ring, ring2, lz])
+    }
+
+    /// One of the buffers a log-domain backward writes.
+    fn part<'s>(
+        &self,
+        s: &'s Option<CudaSlice<f64>>,
+        call: &Call<'_>,
+    ) -> Result<&'s CudaSlice<f64>> {
+        s.as_ref().ok_or_else(|| Error::Device {
+            backend: call.backend.into(),
+            message: "a buffer of the log-domain backward was not allocated".into(),
+        })
     }
 
     /// The gradients from the position, begin, end and boundary marginals on the device and
@@ -1044,7 +1096,7 @@ impl Outs {
             log_z,
             gsc: self.gsc,
             gbb: self.gbb.filter(|_| m.has_bb),
-            geb: Some(self.geb).filter(|_| m.has_eb),
+            geb: self.geb.filter(|_| m.has_eb),
             bmarg: self.bmarg,
             transition,
             duration,
@@ -1150,16 +1202,20 @@ fn meet_backward(call: &Call<'_>, par: u64, upstream: &[f64]) -> Result<Outputs>
     let (bufs, g) = call.meet_backward(par, eb)?;
     let mut small = bufs.small.read(call)?;
     let redo = given_up(&small.flags);
+    // A rerun's backward writes every output and its own duration and transition marginals.
+    let rerun = |n: usize| -> Result<Option<CudaSlice<f64>>> {
+        (!redo.is_empty()).then(|| call.zeros::<f64>(n)).transpose()
+    };
     let o = Outs {
         gsc: g.gsc,
         gbb: Some(g.gbb),
         geb: match g.geb {
-            Some(x) => x,
-            None => call.zeros::<f64>(if redo.is_empty() { 1 } else { bn * sh.len * c })?,
+            Some(x) => Some(x),
+            None => rerun(bn * sh.len * c)?,
         },
         bmarg: g.bmarg,
-        pdur: call.zeros::<f64>(if redo.is_empty() { 1 } else { bn * k * c })?,
-        ptr: call.zeros::<f64>(if redo.is_empty() { 1 } else { bn * c * c })?,
+        pdur: rerun(bn * k * c)?,
+        ptr: rerun(bn * c * c)?,
         pst: bufs.small.pst(),
         pen: bufs.small.pen(),
         own: None,
@@ -1197,8 +1253,22 @@ fn meet_backward(call: &Call<'_>, par: u64, upstream: &[f64]) -> Result<Outputs>
     } else {
         let (pdur2, ptr2) = bufs.small.read_sweeps(call)?;
         (
-            weighted(upstream, bn, &call.back(&o.ptr)?, c * c, again, &ptr2),
-            weighted(upstream, bn, &call.back(&o.pdur)?, k * c, again, &pdur2),
+            weighted(
+                upstream,
+                bn,
+                &call.back(o.part(&o.ptr, call)?)?,
+                c * c,
+                again,
+                &ptr2,
+            ),
+            weighted(
+                upstream,
+                bn,
+                &call.back(o.part(&o.pdur, call)?)?,
+                k * c,
+                again,
+                &pdur2,
+            ),
         )
     };
     o.finish(call, log_z, tr, dur, upstream, Some((small.pst, small.pen)))
