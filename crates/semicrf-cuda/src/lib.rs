@@ -457,6 +457,8 @@ impl EngineInfo for CudaEngine {
         };
         let what = match query.op {
             Op::Forward(info) if info.name == "entropy" => What::Forward(Ring::Entropy),
+            // The max semiring runs in the log-domain kernels only.
+            Op::Forward(info) if info.name == "max" => What::Forward(Ring::Max),
             Op::Forward(_) => What::Forward(Ring::Log),
             Op::Backward => What::Backward,
             Op::Viterbi => What::Viterbi,

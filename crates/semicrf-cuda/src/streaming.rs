@@ -190,7 +190,7 @@ pub(crate) fn bytes(
     let meet = meet && !dd && meet::fitting_plan(k, c, smem_limit).is_some();
     let work = match what {
         What::Forward(Ring::Entropy) => rings(if dd { 4 } else { 2 }) + ByteCount::f64s(&[2, b]),
-        What::Forward(_) if meet => {
+        What::Forward(Ring::Log) if meet => {
             let lay = meet::layout(k, c, smem_limit, false);
             meet::bytes(shape, false, lay, true) + rings(1) + lists
         }
