@@ -95,8 +95,8 @@
 //! threads filling or emptying one chunk while the bus moves another (`SEMICRF_CUDA_PINNED=0`
 //! turns that off, for comparison; `SEMICRF_CUDA_DIRECT_BELOW=N` moves the threshold to `N`
 //! bytes). The host arrays of a backward pass's results from 64 KiB on are made ready on
-//! another thread while the kernels run. The device's memory pool keeps what calls free for the next ones
-//! ([`CudaEngine::release_memory`] returns it).
+//! another thread while the kernels run. The device's memory pool keeps what calls free for
+//! the next ones ([`CudaEngine::release_memory`] returns it).
 //!
 //! # Potentials already on the device
 //!
