@@ -671,3 +671,41 @@ fn check_values<F: Scalar, D: Dimension>(
     }
     unreachable!("a bad value was seen in memory order")
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{GenSpec, TransitionKind, random_problem};
+    use crate::{Form, Problem};
+
+    /// The form names the transition's kind and which boundaries are given, so that engines
+    /// that copy their inputs can count those alone.
+    #[test]
+    fn the_form_names_the_transition_and_the_boundaries_given() {
+        for (boundaries, dd) in [(false, false), (true, false), (false, true), (true, true)] {
+            let mut spec = GenSpec::new(2, 6, 3, 2).everything();
+            spec.boundaries = boundaries;
+            if dd {
+                spec.transition = TransitionKind::DurationDependent;
+            }
+            let owned = random_problem(7, &spec);
+            let form = Problem::Structured(owned.view().unwrap()).form();
+            assert_eq!(
+                form,
+                Form::Structured {
+                    duration_dependent_transition: dd,
+                    boundaries: [boundaries, boundaries],
+                }
+            );
+        }
+        let mut owned = random_problem(7, &GenSpec::new(2, 6, 3, 2));
+        owned.end_boundary = Some(ndarray::ArrayD::zeros(ndarray::IxDyn(&[2, 6, 2])));
+        let form = Problem::Structured(owned.view().unwrap()).form();
+        assert!(matches!(
+            form,
+            Form::Structured {
+                boundaries: [false, true],
+                ..
+            }
+        ));
+    }
+}

@@ -939,8 +939,8 @@ fn log_backward(call: &Call<'_>, upstream: &[f64]) -> Result<Outputs> {
     call.gpu.mark();
     let ntr = if dd { k * c * c } else { c * c };
     let sum = |v: Vec<f64>, n: usize| weighted(upstream, bn, &v, n, |_| false, &[]);
-    let tr = sum(call.back(o.part(&o.ptr, call)?)?, ntr);
-    let dur = sum(call.back(o.part(&o.pdur, call)?)?, k * c);
+    let tr = sum(call.back(part(&o.ptr, call)?)?, ntr);
+    let dur = sum(call.back(part(&o.pdur, call)?)?, k * c);
     o.finish(call, log_z, tr, dur, upstream, None)
 }
 
@@ -972,6 +972,14 @@ fn weighted(
         }
     }
     acc
+}
+
+/// One of the buffers a log-domain backward writes ([`Outs`]).
+fn part<'s>(s: &'s Option<CudaSlice<f64>>, call: &Call<'_>) -> Result<&'s CudaSlice<f64>> {
+    s.as_ref().ok_or_else(|| Error::Device {
+        backend: call.backend.into(),
+        message: "a buffer of the log-domain backward was not allocated".into(),
+    })
 }
 
 /// The log-domain backward's outputs: position, begin and end marginals, boundary
@@ -1038,25 +1046,13 @@ impl Outs {
         a.u = u.map_or(0, |u| call.ptr(u));
         a.gsc = call.ptr(&self.gsc);
         a.gbb = self.gbb.as_ref().map_or(a.gsc, |g| call.ptr(g));
-        a.geb = call.ptr(self.part(&self.geb, call)?);
+        a.geb = call.ptr(part(&self.geb, call)?);
         a.bmarg = call.ptr(&self.bmarg);
-        a.pdur = call.ptr(self.part(&self.pdur, call)?);
-        a.ptr = call.ptr(self.part(&self.ptr, call)?);
+        a.pdur = call.ptr(part(&self.pdur, call)?);
+        a.ptr = call.ptr(part(&self.ptr, call)?);
         a.pst = self.pst;
         a.pen = self.pen;
         Ok([ring, ring2, lz])
-    }
-
-    /// One of the buffers a log-domain backward writes.
-    fn part<'s>(
-        &self,
-        s: &'s Option<CudaSlice<f64>>,
-        call: &Call<'_>,
-    ) -> Result<&'s CudaSlice<f64>> {
-        s.as_ref().ok_or_else(|| Error::Device {
-            backend: call.backend.into(),
-            message: "a buffer of the log-domain backward was not allocated".into(),
-        })
     }
 
     /// The gradients from the position, begin, end and boundary marginals on the device and
@@ -1256,7 +1252,7 @@ fn meet_backward(call: &Call<'_>, par: u64, upstream: &[f64]) -> Result<Outputs>
             weighted(
                 upstream,
                 bn,
-                &call.back(o.part(&o.ptr, call)?)?,
+                &call.back(part(&o.ptr, call)?)?,
                 c * c,
                 again,
                 &ptr2,
@@ -1264,7 +1260,7 @@ fn meet_backward(call: &Call<'_>, par: u64, upstream: &[f64]) -> Result<Outputs>
             weighted(
                 upstream,
                 bn,
-                &call.back(o.part(&o.pdur, call)?)?,
+                &call.back(part(&o.pdur, call)?)?,
                 k * c,
                 again,
                 &pdur2,
