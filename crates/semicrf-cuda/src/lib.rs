@@ -319,7 +319,7 @@ impl CudaEngine {
         p.wait_for_producers(&gpu, &backend)?;
         let shape = p.shape();
         let src = p.source();
-        let then = |call: &streaming::Call<'_>, out, _| {
+        let then = |call: &streaming::Call<'_>, out: streaming::Outputs<'_>, _| {
             call.gpu.stream.synchronize().map_err(|e| call.err(e))?;
             Ok(DeviceBackward::new(out, shape))
         };
@@ -503,13 +503,10 @@ impl<F: Scalar> Engine<F> for CudaEngine {
         let model = streaming::Model::of(p);
         let src = streaming::Source::Host(p);
         let (backend, linear) = (self.backend(), self.linear);
-        let then =
-            |call: &streaming::Call<'_>, out: streaming::Outputs, ready| out.into_host(call, ready);
-        // Large results' host arrays are made ready on other threads while the kernels run
-        // (for small ones, starting the threads would cost more).
-        let sh = p.shape();
-        let ready = sh.batch * sh.len * sh.labels * 8 >= stage::READY_FROM;
-        streaming::backward(&gpu, &backend, &model, src, upstream, linear, ready, then)
+        let then = |call: &streaming::Call<'_>, out: streaming::Outputs<'_>, ready| {
+            out.into_host(call, ready)
+        };
+        streaming::backward(&gpu, &backend, &model, src, upstream, linear, true, then)
     }
     fn viterbi(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
         let gpu = self.gpu()?;

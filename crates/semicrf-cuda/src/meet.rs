@@ -340,19 +340,32 @@ pub(crate) fn placed(kernel: &str, lay: Layout) -> (String, usize, usize) {
     (format!("{kernel}{width}{ring}"), lay.ct, lay.p)
 }
 
-/// Buffers of one call of the kernels.
+/// Buffers of one call of the kernels, carved out of one zeroed allocation (one allocation
+/// and one memset instead of one of each a buffer: at S1 a few microseconds each, spent
+/// before the first kernel can start): the small outputs first, then the sweeps' saved
+/// states, the ring where it is kept in global memory, and for a backward pass the saved
+/// rows.
 pub(crate) struct Bufs {
-    pub st: CudaSlice<f64>,
-    pub ring: Option<CudaSlice<f64>>,
+    arena: CudaSlice<f64>,
+    /// The sweeps' saved states.
+    pub st: u64,
+    /// The rings in global memory, 0 where the layout keeps them in shared memory.
+    pub ring: u64,
+    /// A backward pass's saved rows: `α` and `u` (`(B, 2, H, C)` each), the exponents
+    /// (`i64`, `(B, 2, H)`) and the rows' scale (`(B, 2, H)`); 0 for a forward pass.
+    pub alpha: u64,
+    pub u: u64,
+    pub ex: u64,
+    pub erm: u64,
     pub small: Small,
 }
 
-/// The small outputs of one call in one allocation, read back in one copy: `(log Z, 0)` per
-/// sequence, the flags (`i32`, two a word), and for a backward pass the start and end
-/// marginals, the batch's weighted duration and transition marginals (`meet_sum`), then
-/// (read only when a sequence is rerun) each sweep's duration and transition marginals.
+/// The small outputs of one call, at the start of [`Bufs`]' allocation, read back in one
+/// copy: `(log Z, 0)` per sequence, the flags (`i32`, two a word), and for a backward pass
+/// the start and end marginals, the batch's weighted duration and transition marginals
+/// (`meet_sum`), then (read only when a sequence is rerun) each sweep's duration and
+/// transition marginals.
 pub(crate) struct Small {
-    buf: CudaSlice<f64>,
     base: u64,
     b: usize,
     kc: usize,
@@ -415,17 +428,17 @@ impl Small {
         self.pdur_words() + 2 * self.b * self.kc
     }
 
+    /// Words of the part [`Bufs::read`] reads: everything but the per-sweep marginals.
+    pub(crate) fn head_words(&self) -> usize {
+        self.pdur_words()
+    }
+
     pub(crate) fn pst(&self) -> u64 {
         self.at(self.pst_words())
     }
 
     pub(crate) fn pen(&self) -> u64 {
         self.at(self.pen_words())
-    }
-
-    /// `(log Z, 0)` per sequence (after a rerun wrote some of them).
-    pub(crate) fn read_out(&self, call: &Call<'_>) -> Result<Vec<f64>> {
-        call.back(&self.buf.slice(0..2 * self.b))
     }
 
     pub(crate) fn pdur(&self) -> u64 {
@@ -436,10 +449,8 @@ impl Small {
         self.at(self.ptr_words())
     }
 
-    /// Everything but the per-sweep marginals, in one copy (which waits for the launches
-    /// before it).
-    pub(crate) fn read(&self, call: &Call<'_>) -> Result<SmallHost> {
-        let v = call.back(&self.buf.slice(0..self.pdur_words()))?;
+    /// The [`Small::head_words`] first words, as read back, taken apart.
+    pub(crate) fn parse(&self, v: &[f64]) -> SmallHost {
         let part = |a: usize, n: usize| v[a..a + n].to_vec();
         let (b, c) = (self.b, self.c);
         let flags = v[self.flag_words()..self.pst_words()]
@@ -450,22 +461,14 @@ impl Small {
             })
             .take(b)
             .collect();
-        Ok(SmallHost {
+        SmallHost {
             out: part(0, 2 * b),
             flags,
             pst: part(self.pst_words(), b * c),
             pen: part(self.pen_words(), b * c),
             dur: part(self.sum_words(), self.kc),
             tr: part(self.sum_words() + self.kc, self.cc),
-        })
-    }
-
-    /// Each sweep's duration (`(B, 2, K·C)`) and transition (`(B, 2, C·C)`) marginals.
-    pub(crate) fn read_sweeps(&self, call: &Call<'_>) -> Result<(Vec<f64>, Vec<f64>)> {
-        let (d, t) = (self.pdur_words(), self.ptr_words());
-        let pdur = call.back_all_of(&self.buf.slice(d..t))?;
-        let ptr = call.back_all_of(&self.buf.slice(t..t + 2 * self.b * self.cc))?;
-        Ok((pdur, ptr))
+        }
     }
 
     /// Launches `meet_sum`: the batch's weighted duration and transition marginals.
@@ -497,6 +500,33 @@ impl Small {
     }
 }
 
+impl Bufs {
+    /// The small outputs (the allocation's first words).
+    pub(crate) fn small_part(&self) -> cudarc::driver::CudaView<'_, f64> {
+        self.arena.slice(0..self.small.head_words())
+    }
+
+    /// Everything but the per-sweep marginals, in one copy (which waits for the launches
+    /// before it).
+    pub(crate) fn read(&self, call: &Call<'_>) -> Result<SmallHost> {
+        Ok(self.small.parse(&call.back(&self.small_part())?))
+    }
+
+    /// `(log Z, 0)` per sequence (after a rerun wrote some of them).
+    pub(crate) fn read_out(&self, call: &Call<'_>) -> Result<Vec<f64>> {
+        call.back(&self.arena.slice(0..2 * self.small.b))
+    }
+
+    /// Each sweep's duration (`(B, 2, K·C)`) and transition (`(B, 2, C·C)`) marginals.
+    pub(crate) fn read_sweeps(&self, call: &Call<'_>) -> Result<(Vec<f64>, Vec<f64>)> {
+        let s = &self.small;
+        let (d, t) = (s.pdur_words(), s.ptr_words());
+        let pdur = call.back_all_of(&self.arena.slice(d..t))?;
+        let ptr = call.back_all_of(&self.arena.slice(t..t + 2 * s.b * s.cc))?;
+        Ok((pdur, ptr))
+    }
+}
+
 impl<'g> Call<'g> {
     /// The kernels' argument block with the inputs filled in.
     fn margs(&self, par: u64, b: &Bufs) -> MArgs {
@@ -508,8 +538,8 @@ impl<'g> Call<'g> {
             f32in: self.f32in() as i32,
             par,
             len: self.len,
-            st: self.ptr(&b.st),
-            ring: self.opt(&b.ring),
+            st: b.st,
+            ring: b.ring,
             out: b.small.out(),
             flag: b.small.flag(),
             t: sh.len as i64,
@@ -567,7 +597,7 @@ impl<'g> Call<'g> {
     }
 
     /// The buffers of a pass (`backward`: with room for the marginals among the small
-    /// outputs).
+    /// outputs, and the saved rows).
     fn meet_bufs(&self, lay: Layout, backward: bool) -> Result<Bufs> {
         let sh = self.shape;
         let (b, k, c) = (sh.batch, sh.max_duration, sh.labels);
@@ -576,17 +606,35 @@ impl<'g> Call<'g> {
         } else {
             (0, 0, 0)
         };
-        let buf = self.zeros::<f64>(Small::words(b, kc, cc, c1))?;
-        let base = self.ptr(&buf);
+        let h = rows(sh.len);
+        // Words of each part, in the allocation's order.
+        let parts = [
+            Small::words(b, kc, cc, c1),
+            b * 2 * state_words(k, c),
+            if lay.ring { 0 } else { b * 2 * (k + lay.p) * c },
+            if backward { b * 2 * h * c } else { 0 },
+            if backward { b * 2 * h * c } else { 0 },
+            if backward { b * 2 * h } else { 0 },
+            if backward { b * 2 * h } else { 0 },
+        ];
+        let arena = self.zeros::<f64>(parts.iter().sum())?;
+        let base = self.ptr(&arena);
+        let mut at = [0u64; 7];
+        let mut next = base;
+        for (a, &n) in at.iter_mut().zip(&parts) {
+            *a = if n == 0 { 0 } else { next };
+            next += 8 * n as u64;
+        }
+        let [_, st, ring, alpha, u, ex, erm] = at;
         Ok(Bufs {
-            st: self.zeros::<f64>(b * 2 * state_words(k, c))?,
-            ring: if lay.ring {
-                None
-            } else {
-                Some(self.zeros::<f64>(b * 2 * (k + lay.p) * c)?)
-            },
+            arena,
+            st,
+            ring,
+            alpha,
+            u,
+            ex,
+            erm,
             small: Small {
-                buf,
                 base,
                 b,
                 kc,
@@ -604,15 +652,13 @@ impl<'g> Call<'g> {
         let n = self.shape.batch;
         self.meet_launch("meet_fwd_log", 2 * n, lay, &a)?;
         self.meet_launch("meet_z_log", n, lay, &a)?;
-        let small = bufs.small.read(self)?;
+        let small = bufs.read(self)?;
         Ok((bufs, small))
     }
 }
 
-/// A backward pass's device buffers (beyond [`Bufs`]).
+/// A backward pass's outputs on the device (beyond the small ones of [`Bufs`]).
 pub(crate) struct Grads {
-    pub alpha: CudaSlice<f64>,
-    pub u: CudaSlice<f64>,
     pub gsc: CudaSlice<f64>,
     pub gbb: CudaSlice<f64>,
     pub geb: Option<CudaSlice<f64>>,
@@ -625,7 +671,6 @@ impl<'g> Call<'g> {
     pub(crate) fn meet_backward(&self, par: u64, eb: bool) -> Result<(Bufs, Grads)> {
         let sh = self.shape;
         let (b, t, c) = (sh.batch, sh.len, sh.labels);
-        let h = rows(t);
         let la = self.meet_layout(false);
         let lb = self.meet_layout(true);
         // Each kernel keeps the ring where its own layout says (the saved state carries it
@@ -637,17 +682,11 @@ impl<'g> Call<'g> {
             },
             true,
         )?;
-        let (alpha, u) = (
-            self.zeros::<f64>(b * 2 * h * c)?,
-            self.zeros::<f64>(b * 2 * h * c)?,
-        );
-        let ex = self.zeros::<i64>(b * 2 * h)?;
-        let erm = self.zeros::<f64>(b * 2 * h)?;
         let mut a = self.margs(par, &bufs);
-        a.alpha = self.ptr(&alpha);
-        a.u = self.ptr(&u);
-        a.ex = self.ptr(&ex);
-        a.erm = self.ptr(&erm);
+        a.alpha = bufs.alpha;
+        a.u = bufs.u;
+        a.ex = bufs.ex;
+        a.erm = bufs.erm;
         a.up = self.up;
         a.pdur = bufs.small.pdur();
         a.ptr = bufs.small.ptr();
@@ -657,8 +696,6 @@ impl<'g> Call<'g> {
         // The outputs, which only the second kernel writes, are made ready while the first
         // runs.
         let g = Grads {
-            alpha,
-            u,
             gsc: self.zeros::<f64>(b * t * c)?,
             gbb: self.zeros::<f64>(b * t * c)?,
             geb: if eb {

@@ -8,8 +8,13 @@
 //! an event says its previous copy is done. `SEMICRF_CUDA_PINNED=0` in the environment sends
 //! every copy through pageable memory, for comparison, and `SEMICRF_CUDA_DIRECT_BELOW=N`
 //! moves the threshold to `N` bytes.
+//!
+//! A backward pass's results, when they come to at most [`ONE_COPY_UPTO`] bytes in all
+//! (`SEMICRF_CUDA_ONE_COPY_UPTO=N` moves it; 0 turns it off), are copied into that buffer by
+//! copies enqueued right behind the kernels ([`Gpu::stage_all`]): the host waits once, for
+//! all of them, and the bus runs at the speed of page-locked memory.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, mpsc};
 
 use bytemuck::Pod;
 use cudarc::driver::sys::CUevent_flags;
@@ -32,6 +37,9 @@ pub(crate) const STAGE_BYTES: usize = 32 << 20;
 /// Bytes per chunk: a slot of the page-locked buffer.
 const CHUNK_BYTES: usize = 2 << 20;
 
+/// Results of at most this many bytes in all are copied back in one go ([`Gpu::stage_all`]).
+pub(crate) const ONE_COPY_UPTO: usize = 4 << 20;
+
 /// Elements per task of the host's threads.
 const TASK: usize = 1 << 15;
 
@@ -48,6 +56,90 @@ pub(crate) fn direct(bytes: usize) -> bool {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(DIRECT_BELOW)
         })
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Runs `work` on a host thread kept for work done while the kernels run (one for the
+/// process, started on first use: starting a thread for each call would cost tens of
+/// microseconds), or on this thread where none could be started. Its result comes through
+/// the receiver.
+pub(crate) fn later<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> mpsc::Receiver<T> {
+    static HELPER: std::sync::OnceLock<Option<mpsc::Sender<Job>>> = std::sync::OnceLock::new();
+    let helper = HELPER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("semicrf-cuda-host".into())
+            .spawn(move || rx.into_iter().for_each(|job| job()))
+            .ok()
+            .map(|_| tx)
+    });
+    let (tx, rx) = mpsc::sync_channel(1);
+    let job: Job = Box::new(move || {
+        // The receiver may be gone (the call failed): nothing to deliver then.
+        let _ = tx.send(work());
+    });
+    match helper {
+        Some(h) => {
+            if let Err(mpsc::SendError(job)) = h.send(job) {
+                job();
+            }
+        }
+        None => job(),
+    }
+    rx
+}
+
+/// The most bytes of results [`Gpu::stage_all`] copies back in one go.
+fn one_copy_upto() -> usize {
+    static UPTO: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *UPTO.get_or_init(|| {
+        if std::env::var("SEMICRF_CUDA_PINNED").as_deref() == Ok("0") {
+            return 0;
+        }
+        std::env::var("SEMICRF_CUDA_ONE_COPY_UPTO")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(ONE_COPY_UPTO)
+            .min(STAGE_BYTES)
+    })
+}
+
+/// Device arrays on their way into the page-locked buffer, by copies enqueued on the stream
+/// ([`Gpu::stage_all`]); the buffer is held until they are dropped.
+pub(crate) struct Staged<'g> {
+    buf: MutexGuard<'g, Option<PinnedHostSlice<u8>>>,
+    done: CudaEvent,
+    /// Byte offset and length of each array.
+    parts: Vec<(usize, usize)>,
+}
+
+impl Staged<'_> {
+    /// Waits for the copies.
+    pub(crate) fn wait(&self) -> Result<(), DriverError> {
+        self.done.synchronize()
+    }
+
+    /// Array `i` (of those given to [`Gpu::stage_all`]), once [`Staged::wait`] has returned.
+    pub(crate) fn part(&self, i: usize) -> Result<&[f64], DriverError> {
+        let (at, n) = self.parts[i];
+        let buf = match self.buf.as_ref() {
+            Some(b) => b.as_slice()?,
+            None => unreachable!("allocated by stage_all"),
+        };
+        Ok(bytemuck::cast_slice(&buf[at..at + 8 * n]))
+    }
+}
+
+impl Drop for Staged<'_> {
+    fn drop(&mut self) {
+        // The buffer is released only once the copies into it are done (a copy out of it
+        // filled in the meantime would be overwritten); an error here is the stream's, and
+        // the next call on it reports it.
+        let _ = self.done.synchronize();
+    }
 }
 
 /// The page-locked buffer of a device, allocated on the first large copy.
@@ -134,6 +226,38 @@ impl Gpu {
             e.synchronize()?;
         }
         Ok(dst)
+    }
+
+    /// Copies of `srcs` into the page-locked buffer, enqueued on the stream (behind the
+    /// work enqueued before), or `None` where they come to more than [`ONE_COPY_UPTO`]
+    /// bytes.
+    pub(crate) fn stage_all<'g>(
+        &'g self,
+        srcs: &[CudaView<'_, f64>],
+    ) -> Result<Option<Staged<'g>>, DriverError> {
+        // Each array at a multiple of 256 bytes.
+        let room = |n: usize| (8 * n).next_multiple_of(256);
+        let bytes: usize = srcs.iter().map(|s| room(s.len())).sum();
+        if bytes > one_copy_upto() {
+            return Ok(None);
+        }
+        let mut lock = self.stage.0.lock().unwrap_or_else(|p| p.into_inner());
+        let buf = self.stage_buffer(&mut lock)?;
+        let mut parts = Vec::with_capacity(srcs.len());
+        let mut at = 0;
+        for s in srcs {
+            let n = s.len();
+            let dst: &mut [f64] = bytemuck::cast_slice_mut(&mut buf[at..at + 8 * n]);
+            self.stream.memcpy_dtoh(s, dst)?;
+            parts.push((at, n));
+            at += room(n);
+        }
+        let done = self.event()?;
+        Ok(Some(Staged {
+            buf: lock,
+            done,
+            parts,
+        }))
     }
 
     /// An event recorded on the stream now (no timing).

@@ -11,6 +11,7 @@ use semicrf_core::{
 
 use crate::device::{Gpu, driver};
 use crate::meet;
+use crate::stage;
 
 /// The kernels' argument block (`struct Args` of `kernels/streaming.cu`, field for field).
 #[repr(C)]
@@ -810,7 +811,7 @@ pub(crate) fn forward<F: Scalar>(
                 let at = bufs.small.out();
                 let _rerun = call.forward(Ring::Log, Some(&call.seq(redo)?), Some(at), |_| {})?;
                 gpu.mark();
-                bufs.small.read_out(&call)?
+                bufs.read_out(&call)?
             }
         }
         None => {
@@ -887,7 +888,9 @@ pub(crate) fn viterbi<F: Scalar>(
 /// Forward and backward: log Z, gradients scaled by `upstream`, boundary marginals, the
 /// large ones left on the device. The static form runs in `kernels/meet.cu` where it can
 /// (`meet`). `then` is given them (and the call, to read them) before the device is free
-/// for the next call, with the host arrays of [`ready_outputs`] where `ready`.
+/// for the next call; where `host` (the caller reads them back), with the host arrays of
+/// [`ready_outputs`] for large results, and small ones already on their way back
+/// ([`Outputs::into_host`]).
 pub(crate) fn backward<F: Scalar, R>(
     gpu: &Gpu,
     backend: &str,
@@ -895,25 +898,35 @@ pub(crate) fn backward<F: Scalar, R>(
     src: Source<'_, '_, F>,
     upstream: &[f64],
     meet: bool,
-    ready: bool,
-    then: impl FnOnce(&Call<'_>, Outputs, Option<[Vec<f64>; 4]>) -> Result<R>,
+    host: bool,
+    then: impl FnOnce(&Call<'_>, Outputs<'_>, Option<[Vec<f64>; 4]>) -> Result<R>,
 ) -> Result<R> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
     let call = Call::new(gpu, backend, model, src, meet, upstream)?;
-    // With the inputs copied, the host's threads are free: they make the result arrays
+    let sh = model.shape;
+    // Starting a thread would cost more than small arrays' pages.
+    let ready = host && sh.batch * sh.len * sh.labels * 8 >= stage::READY_FROM;
+    // Once the work is enqueued, the host is free: another thread makes the result arrays
     // ready while the kernels run.
-    std::thread::scope(|scope| {
-        let arrays = ready.then(|| scope.spawn(|| ready_outputs(model)));
-        let g = match call.par {
-            Some(par) => meet_backward(&call, par, upstream)?,
-            None => log_backward(&call, upstream)?,
-        };
-        then(&call, g, arrays.and_then(|h| h.join().ok()))
-    })
+    let (btc, bt, bb, eb) = (
+        sh.batch * sh.len * sh.labels,
+        sh.batch * sh.len,
+        model.has_bb,
+        model.has_eb,
+    );
+    let spawn = || ready.then(|| stage::later(move || ready_outputs(btc, bt, bb, eb)));
+    let (g, arrays) = match call.par {
+        Some(par) => meet_backward(&call, par, upstream, host, spawn)?,
+        None => {
+            let arrays = spawn();
+            (log_backward(&call, upstream)?, arrays)
+        }
+    };
+    then(&call, g, arrays.and_then(|h| h.recv().ok()))
 }
 
 /// The log-domain backward of every sequence.
-fn log_backward(call: &Call<'_>, upstream: &[f64]) -> Result<Outputs> {
+fn log_backward<'g>(call: &Call<'g>, upstream: &[f64]) -> Result<Outputs<'g>> {
     let sh = call.shape;
     let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
     let dd = call.dd;
@@ -933,7 +946,7 @@ fn log_backward(call: &Call<'_>, upstream: &[f64]) -> Result<Outputs> {
     semicrf_core::check_feasible(&log_z)?;
     let o = Outs::new(call, call.model.has_bb)?;
     let mut a = call.args();
-    let _bufs = o.fill(call, &mut a, &log_z, &alpha, u.as_ref())?;
+    let _bufs = o.fill(call, &mut a, &log_z, call.ptr(&alpha), call.opt(&u))?;
     let kernel = if dd { "bwd_dd_log" } else { "bwd_static_log" };
     call.launch(kernel, &a)?;
     call.gpu.mark();
@@ -941,7 +954,7 @@ fn log_backward(call: &Call<'_>, upstream: &[f64]) -> Result<Outputs> {
     let sum = |v: Vec<f64>, n: usize| weighted(upstream, bn, &v, n, |_| false, &[]);
     let tr = sum(call.back(part(&o.ptr, call)?)?, ntr);
     let dur = sum(call.back(part(&o.pdur, call)?)?, k * c);
-    o.finish(call, log_z, tr, dur, upstream, None)
+    o.finish(call, log_z, tr, dur, upstream, None, None)
 }
 
 /// Σ_b g_b · (per-sequence marginals `v`, `n` each), in ascending b; the sequences for which
@@ -1030,8 +1043,8 @@ impl Outs {
         call: &Call<'_>,
         a: &mut Args,
         log_z: &[f64],
-        alpha: &CudaSlice<f64>,
-        u: Option<&CudaSlice<f64>>,
+        alpha: u64,
+        u: u64,
     ) -> Result<[CudaSlice<f64>; 3]> {
         let sh = call.shape;
         let n = sh.batch * sh.max_duration * sh.labels;
@@ -1042,8 +1055,8 @@ impl Outs {
         a.lz = call.ptr(&lz);
         a.ring = call.ptr(&ring);
         a.ring2 = call.ptr(&ring2);
-        a.alpha = call.ptr(alpha);
-        a.u = u.map_or(0, |u| call.ptr(u));
+        a.alpha = alpha;
+        a.u = u;
         a.gsc = call.ptr(&self.gsc);
         a.gbb = self.gbb.as_ref().map_or(a.gsc, |g| call.ptr(g));
         a.geb = call.ptr(part(&self.geb, call)?);
@@ -1057,15 +1070,17 @@ impl Outs {
 
     /// The gradients from the position, begin, end and boundary marginals on the device and
     /// the shared parameters' sums.
-    fn finish(
+    #[allow(clippy::too_many_arguments)]
+    fn finish<'g>(
         self,
-        call: &Call<'_>,
+        call: &Call<'g>,
         log_z: Vec<f64>,
         tr: Vec<f64>,
         dur: Vec<f64>,
         upstream: &[f64],
         known: Option<(Vec<f64>, Vec<f64>)>,
-    ) -> Result<Outputs> {
+        staged: Option<StagedOutputs<'g>>,
+    ) -> Result<Outputs<'g>> {
         let sh = call.shape;
         let (bn, k, c) = (sh.batch, sh.max_duration, sh.labels);
         let one = |v: Vec<f64>| weighted(upstream, bn, &v, c, |_| false, &[]);
@@ -1098,13 +1113,25 @@ impl Outs {
             duration,
             start: Array1::from(start),
             end: Array1::from(end),
+            staged,
         })
     }
 }
 
-/// A backward pass's results: the `(B, T, C)` and `(B, T)` ones on the device, the shared
-/// parameters' gradients (summed over the batch) on the host.
-pub(crate) struct Outputs {
+/// A backward pass's large results on their way into page-locked memory
+/// ([`crate::stage::Staged`]): which of its arrays each is.
+pub(crate) struct StagedOutputs<'g> {
+    copies: stage::Staged<'g>,
+    sc: usize,
+    bb: Option<usize>,
+    eb: Option<usize>,
+    bm: usize,
+}
+
+/// A backward pass's results: the `(B, T, C)` and `(B, T)` ones on the device (and where
+/// `staged`, on their way to the host), the shared parameters' gradients (summed over the
+/// batch) on the host.
+pub(crate) struct Outputs<'g> {
     pub(crate) log_z: Vec<f64>,
     pub(crate) gsc: CudaSlice<f64>,
     pub(crate) gbb: Option<CudaSlice<f64>>,
@@ -1114,41 +1141,45 @@ pub(crate) struct Outputs {
     pub(crate) duration: Array2<f64>,
     pub(crate) start: Array1<f64>,
     pub(crate) end: Array1<f64>,
+    pub(crate) staged: Option<StagedOutputs<'g>>,
 }
 
-/// Host arrays for a backward pass's results of `model` (scores' gradient, the boundaries'
-/// where given, boundary marginals), with every page written once: made on another thread
-/// while the kernels run, so that the copies back do not wait for the operating system to
-/// map fresh memory (at S6, 12 MB of gradient: about 0.4 ms).
-pub(crate) fn ready_outputs(model: &Model) -> [Vec<f64>; 4] {
+/// Host arrays for a backward pass's results (`btc` = B·T·C elements for the scores'
+/// gradient and the boundaries' where given, `bt` for the boundary marginals), with every
+/// page written once: made on another thread while the kernels run, so that the copies back
+/// do not wait for the operating system to map fresh memory (at S6, 12 MB of gradient:
+/// about 0.4 ms).
+pub(crate) fn ready_outputs(btc: usize, bt: usize, has_bb: bool, has_eb: bool) -> [Vec<f64>; 4] {
     use rayon::prelude::*;
-    let sh = model.shape;
-    let (btc, bt) = (sh.batch * sh.len * sh.labels, sh.batch * sh.len);
     let touched = |n: usize| {
         let mut v = vec![0.0f64; n];
-        // One write per 4 KiB page.
-        v.par_chunks_mut(1 << 15)
-            .for_each(|c| c.iter_mut().step_by(512).for_each(|x| *x = 0.0));
+        // One write per 4 KiB page; rayon's threads for large arrays only (handing them
+        // work costs more than a few hundred pages).
+        // Volatile: a compiler may know that fresh zeroed memory holds zeros already.
+        let page = |c: &mut [f64]| {
+            c.iter_mut()
+                .step_by(512)
+                // SAFETY: `x` is a valid, aligned element of the array.
+                .for_each(|x| unsafe { std::ptr::write_volatile(x, 0.0) })
+        };
+        if n > 1 << 19 {
+            v.par_chunks_mut(1 << 15).for_each(page);
+        } else {
+            page(&mut v);
+        }
         v
     };
     [
         touched(btc),
-        if model.has_bb {
-            touched(btc)
-        } else {
-            Vec::new()
-        },
-        if model.has_eb {
-            touched(btc)
-        } else {
-            Vec::new()
-        },
+        if has_bb { touched(btc) } else { Vec::new() },
+        if has_eb { touched(btc) } else { Vec::new() },
         touched(bt),
     ]
 }
 
-impl Outputs {
-    /// Everything on the host, in `ready` (from [`ready_outputs`]) where given.
+impl Outputs<'_> {
+    /// Everything on the host, in `ready` (from [`ready_outputs`]) where given: from the
+    /// page-locked buffer where the results were staged, else copied now.
     pub(crate) fn into_host(
         self,
         call: &Call<'_>,
@@ -1157,7 +1188,17 @@ impl Outputs {
         let sh = call.shape;
         let (bn, t, c) = (sh.batch, sh.len, sh.labels);
         let [r_sc, r_bb, r_eb, r_bm] = ready.unwrap_or_default();
-        let back = |s: &CudaSlice<f64>, mut v: Vec<f64>| -> Result<Vec<f64>> {
+        let staged = self.staged.as_ref();
+        // `part`: the array's place among the staged ones.
+        let back = |s: &CudaSlice<f64>, part: Option<usize>, mut v: Vec<f64>| -> Result<Vec<f64>> {
+            if let (Some(st), Some(i)) = (staged, part) {
+                let src = st.copies.part(i).map_err(|e| call.err(e))?;
+                if v.len() == src.len() {
+                    v.copy_from_slice(src);
+                    return Ok(v);
+                }
+                return Ok(src.to_vec());
+            }
             if v.len() != s.len() {
                 return call.back_all(s);
             }
@@ -1166,22 +1207,23 @@ impl Outputs {
                 .map_err(|e| call.err(e))?;
             Ok(v)
         };
-        let to3 = |s: &CudaSlice<f64>, v| {
-            Array3::from_shape_vec((bn, t, c), back(s, v)?).map_err(|e| call.shape_err(e))
+        let to3 = |s: &CudaSlice<f64>, part, v| {
+            Array3::from_shape_vec((bn, t, c), back(s, part, v)?).map_err(|e| call.shape_err(e))
         };
-        let opt3 = |s: &Option<CudaSlice<f64>>, v| s.as_ref().map(|s| to3(s, v)).transpose();
-        let bm = Array2::from_shape_vec((bn, t), back(&self.bmarg, r_bm)?)
+        let opt3 =
+            |s: &Option<CudaSlice<f64>>, part, v| s.as_ref().map(|s| to3(s, part, v)).transpose();
+        let bm = Array2::from_shape_vec((bn, t), back(&self.bmarg, staged.map(|s| s.bm), r_bm)?)
             .map_err(|e| call.shape_err(e))?;
         Ok(Backward {
             log_z: self.log_z,
             grad: Gradients {
-                scores: Some(to3(&self.gsc, r_sc)?),
+                scores: Some(to3(&self.gsc, staged.map(|s| s.sc), r_sc)?),
                 transition: Some(self.transition),
                 duration: Some(self.duration),
                 start: Some(self.start),
                 end: Some(self.end),
-                begin_boundary: opt3(&self.gbb, r_bb)?,
-                end_boundary: opt3(&self.geb, r_eb)?,
+                begin_boundary: opt3(&self.gbb, staged.and_then(|s| s.bb), r_bb)?,
+                end_boundary: opt3(&self.geb, staged.and_then(|s| s.eb), r_eb)?,
                 edges: None,
             },
             boundary_marginals: bm,
@@ -1191,12 +1233,58 @@ impl Outputs {
 /// The backward of `kernels/meet.cu`, with the sequences it gives up rerun in the log
 /// domain: their forward into the same log Z buffer and the saved rows' memory, their
 /// backward into the same marginal buffers and their own duration and transition marginals.
-fn meet_backward(call: &Call<'_>, par: u64, upstream: &[f64]) -> Result<Outputs> {
+/// Where `host`, the results are staged for the host behind the kernels
+/// ([`Gpu::stage_all`](crate::device::Gpu)) when they are small enough; `spawn` is called once
+/// the work is enqueued, and what it gives is returned.
+fn meet_backward<'g, H>(
+    call: &Call<'g>,
+    par: u64,
+    upstream: &[f64],
+    host: bool,
+    spawn: impl FnOnce() -> H,
+) -> Result<(Outputs<'g>, H)> {
     let sh = call.shape;
     let (bn, k, c) = (sh.batch, sh.max_duration, sh.labels);
-    let eb = call.model.has_eb;
-    let (bufs, g) = call.meet_backward(par, eb)?;
-    let mut small = bufs.small.read(call)?;
+    let m = call.model;
+    let (bufs, g) = call.meet_backward(par, m.has_eb)?;
+    let mut staged = if host {
+        // The small outputs, then the large ones the caller gets.
+        let mut srcs = vec![bufs.small_part(), g.gsc.slice(..)];
+        let bb = m.has_bb.then(|| {
+            srcs.push(g.gbb.slice(..));
+            srcs.len() - 1
+        });
+        let eb = match g.geb.as_ref().filter(|_| m.has_eb) {
+            Some(x) => {
+                srcs.push(x.slice(..));
+                Some(srcs.len() - 1)
+            }
+            None => None,
+        };
+        srcs.push(g.bmarg.slice(..));
+        let bm = srcs.len() - 1;
+        call.gpu
+            .stage_all(&srcs)
+            .map_err(|e| call.err(e))?
+            .map(|copies| StagedOutputs {
+                copies,
+                sc: 1,
+                bb,
+                eb,
+                bm,
+            })
+    } else {
+        None
+    };
+    let spawned = spawn();
+    let mut small = match &staged {
+        Some(st) => {
+            st.copies.wait().map_err(|e| call.err(e))?;
+            bufs.small
+                .parse(st.copies.part(0).map_err(|e| call.err(e))?)
+        }
+        None => bufs.read(call)?,
+    };
     let redo = given_up(&small.flags);
     // A rerun's backward writes every output and its own duration and transition marginals.
     let rerun = |n: usize| -> Result<Option<CudaSlice<f64>>> {
@@ -1218,22 +1306,24 @@ fn meet_backward(call: &Call<'_>, par: u64, upstream: &[f64]) -> Result<Outputs>
     };
     let mut keep = Vec::new();
     if !redo.is_empty() {
+        // What was staged is not the final results.
+        staged = None;
         // The log-domain forward of the sequences given up, saving α and u in the (larger)
         // buffers of the saved rows, then their backward.
         let seq = call.seq(redo.clone())?;
         let out = bufs.small.out();
         let fwd = call.forward(Ring::Log, Some(&seq), Some(out), |a| {
-            a.alpha = call.ptr(&g.alpha);
-            a.u = call.ptr(&g.u);
+            a.alpha = bufs.alpha;
+            a.u = bufs.u;
         })?;
-        let log_z: Vec<f64> = bufs.small.read_out(call)?.chunks(2).map(|w| w[0]).collect();
+        let log_z: Vec<f64> = bufs.read_out(call)?.chunks(2).map(|w| w[0]).collect();
         semicrf_core::check_feasible(&log_z)?;
         let mut a = call.args();
-        keep.push(o.fill(call, &mut a, &log_z, &g.alpha, Some(&g.u))?);
+        keep.push(o.fill(call, &mut a, &log_z, bufs.alpha, bufs.u)?);
         call.launch_on("bwd_static_log", &a, Some(&seq))?;
         drop(fwd);
         // Log Z and the start and end marginals of the sequences rerun.
-        let again = bufs.small.read(call)?;
+        let again = bufs.read(call)?;
         (small.out, small.pst, small.pen) = (again.out, again.pst, again.pen);
     }
     call.gpu.mark();
@@ -1247,7 +1337,7 @@ fn meet_backward(call: &Call<'_>, par: u64, upstream: &[f64]) -> Result<Outputs>
             std::mem::take(&mut small.dur),
         )
     } else {
-        let (pdur2, ptr2) = bufs.small.read_sweeps(call)?;
+        let (pdur2, ptr2) = bufs.read_sweeps(call)?;
         (
             weighted(
                 upstream,
@@ -1267,7 +1357,9 @@ fn meet_backward(call: &Call<'_>, par: u64, upstream: &[f64]) -> Result<Outputs>
             ),
         )
     };
-    o.finish(call, log_z, tr, dur, upstream, Some((small.pst, small.pen)))
+    let known = Some((small.pst, small.pen));
+    let out = o.finish(call, log_z, tr, dur, upstream, known, staged)?;
+    Ok((out, spawned))
 }
 
 #[cfg(test)]
