@@ -92,29 +92,6 @@ pub(crate) fn later<T: Send + 'static>(
     rx
 }
 
-/// Staged elements from which [`copy_out`] splits the copy among rayon's threads
-/// (`SEMICRF_CUDA_PAR_COPY_FROM=N` moves it).
-pub(crate) const PAR_COPY_FROM: usize = 1 << 16;
-
-/// `src` (in the page-locked buffer) into `dst`, on rayon's threads from [`PAR_COPY_FROM`]
-/// elements (one core copies at a fraction of the memory's bandwidth).
-pub(crate) fn copy_out(dst: &mut [f64], src: &[f64]) {
-    static FROM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let from = *FROM.get_or_init(|| {
-        std::env::var("SEMICRF_CUDA_PAR_COPY_FROM")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(PAR_COPY_FROM)
-    });
-    if src.len() < from {
-        dst.copy_from_slice(src);
-    } else {
-        dst.par_chunks_mut(1 << 14)
-            .zip(src.par_chunks(1 << 14))
-            .for_each(|(d, s)| d.copy_from_slice(s));
-    }
-}
-
 /// The most bytes of results [`Gpu::stage_all`] copies back in one go.
 fn one_copy_upto() -> usize {
     static UPTO: std::sync::OnceLock<usize> = std::sync::OnceLock::new();

@@ -1194,7 +1194,7 @@ impl Outputs<'_> {
             if let (Some(st), Some(i)) = (staged, part) {
                 let src = st.copies.part(i).map_err(|e| call.err(e))?;
                 if v.len() == src.len() {
-                    stage::copy_out(&mut v, src);
+                    v.copy_from_slice(src);
                     return Ok(v);
                 }
                 return Ok(src.to_vec());
