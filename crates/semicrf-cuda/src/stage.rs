@@ -14,7 +14,7 @@
 //! copies enqueued right behind the kernels ([`Gpu::stage_all`]): the host waits once, for
 //! all of them, and the bus runs at the speed of page-locked memory.
 
-use std::sync::{Mutex, MutexGuard, mpsc};
+use std::sync::{Mutex, MutexGuard};
 
 use bytemuck::Pod;
 use cudarc::driver::sys::CUevent_flags;
@@ -25,11 +25,6 @@ use crate::device::Gpu;
 
 /// Copies smaller than this (bytes) go straight from and to pageable memory.
 pub(crate) const DIRECT_BELOW: usize = 2 << 20;
-
-/// A backward pass's host arrays of results of at least this many bytes are made ready on
-/// another thread while the kernels run (every page written once), so that the copies back
-/// do not wait for the operating system to map fresh memory.
-pub(crate) const READY_FROM: usize = 64 << 10;
 
 /// The page-locked buffer's size (bytes) for a copy of at least that much.
 pub(crate) const STAGE_BYTES: usize = 32 << 20;
@@ -56,40 +51,6 @@ pub(crate) fn direct(bytes: usize) -> bool {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(DIRECT_BELOW)
         })
-}
-
-type Job = Box<dyn FnOnce() + Send>;
-
-/// Runs `work` on a host thread kept for work done while the kernels run (one for the
-/// process, started on first use: starting a thread for each call would cost tens of
-/// microseconds), or on this thread where none could be started. Its result comes through
-/// the receiver.
-pub(crate) fn later<T: Send + 'static>(
-    work: impl FnOnce() -> T + Send + 'static,
-) -> mpsc::Receiver<T> {
-    static HELPER: std::sync::OnceLock<Option<mpsc::Sender<Job>>> = std::sync::OnceLock::new();
-    let helper = HELPER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("semicrf-cuda-host".into())
-            .spawn(move || rx.into_iter().for_each(|job| job()))
-            .ok()
-            .map(|_| tx)
-    });
-    let (tx, rx) = mpsc::sync_channel(1);
-    let job: Job = Box::new(move || {
-        // The receiver may be gone (the call failed): nothing to deliver then.
-        let _ = tx.send(work());
-    });
-    match helper {
-        Some(h) => {
-            if let Err(mpsc::SendError(job)) = h.send(job) {
-                job();
-            }
-        }
-        None => job(),
-    }
-    rx
 }
 
 /// The most bytes of results [`Gpu::stage_all`] copies back in one go.

@@ -904,29 +904,29 @@ pub(crate) fn backward<F: Scalar, R>(
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
     let call = Call::new(gpu, backend, model, src, meet, upstream)?;
     let sh = model.shape;
-    // Starting a thread would cost more than small arrays' pages.
-    let ready = host && sh.batch * sh.len * sh.labels * 8 >= stage::READY_FROM;
-    // Once the work is enqueued, the host is free: another thread makes the result arrays
-    // ready while the kernels run.
+    // Once the work is enqueued, the host is free: it makes the result arrays ready while
+    // the kernels run (this thread, whose memory node the copies into them then use).
     let (btc, bt, bb, eb) = (
         sh.batch * sh.len * sh.labels,
         sh.batch * sh.len,
         model.has_bb,
         model.has_eb,
     );
-    let spawn = || ready.then(|| stage::later(move || ready_outputs(btc, bt, bb, eb)));
+    let ready = || host.then(|| ready_outputs(btc, bt, bb, eb));
     let (g, arrays) = match call.par {
-        Some(par) => meet_backward(&call, par, upstream, host, spawn)?,
-        None => {
-            let arrays = spawn();
-            (log_backward(&call, upstream)?, arrays)
-        }
+        Some(par) => meet_backward(&call, par, upstream, host, ready)?,
+        None => log_backward(&call, upstream, ready)?,
     };
-    then(&call, g, arrays.and_then(|h| h.recv().ok()))
+    then(&call, g, arrays)
 }
 
 /// The log-domain backward of every sequence.
-fn log_backward<'g>(call: &Call<'g>, upstream: &[f64]) -> Result<Outputs<'g>> {
+/// `ready` is called once the forward is enqueued, and what it gives is returned.
+fn log_backward<'g, H>(
+    call: &Call<'g>,
+    upstream: &[f64],
+    ready: impl FnOnce() -> H,
+) -> Result<(Outputs<'g>, H)> {
     let sh = call.shape;
     let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
     let dd = call.dd;
@@ -941,6 +941,7 @@ fn log_backward<'g>(call: &Call<'g>, upstream: &[f64]) -> Result<Outputs<'g>> {
         a.alpha = call.ptr(&alpha);
         a.u = call.opt(&u);
     })?;
+    let arrays = ready();
     let out = fwd.out.as_ref().expect("its own output");
     let log_z: Vec<f64> = call.back(out)?.chunks(2).map(|w| w[0]).collect();
     semicrf_core::check_feasible(&log_z)?;
@@ -954,7 +955,10 @@ fn log_backward<'g>(call: &Call<'g>, upstream: &[f64]) -> Result<Outputs<'g>> {
     let sum = |v: Vec<f64>, n: usize| weighted(upstream, bn, &v, n, |_| false, &[]);
     let tr = sum(call.back(part(&o.ptr, call)?)?, ntr);
     let dur = sum(call.back(part(&o.pdur, call)?)?, k * c);
-    o.finish(call, log_z, tr, dur, upstream, None, None)
+    Ok((
+        o.finish(call, log_z, tr, dur, upstream, None, None)?,
+        arrays,
+    ))
 }
 
 /// Σ_b g_b · (per-sequence marginals `v`, `n` each), in ascending b; the sequences for which
@@ -1146,9 +1150,8 @@ pub(crate) struct Outputs<'g> {
 
 /// Host arrays for a backward pass's results (`btc` = B·T·C elements for the scores'
 /// gradient and the boundaries' where given, `bt` for the boundary marginals), with every
-/// page written once: made on another thread while the kernels run, so that the copies back
-/// do not wait for the operating system to map fresh memory (at S6, 12 MB of gradient:
-/// about 0.4 ms).
+/// page written once: made while the kernels run, so that the copies back do not wait for
+/// the operating system to map fresh memory (at S6, 12 MB of gradient: about 0.4 ms).
 pub(crate) fn ready_outputs(btc: usize, bt: usize, has_bb: bool, has_eb: bool) -> [Vec<f64>; 4] {
     use rayon::prelude::*;
     let touched = |n: usize| {
@@ -1234,14 +1237,14 @@ impl Outputs<'_> {
 /// domain: their forward into the same log Z buffer and the saved rows' memory, their
 /// backward into the same marginal buffers and their own duration and transition marginals.
 /// Where `host`, the results are staged for the host behind the kernels
-/// ([`Gpu::stage_all`](crate::device::Gpu)) when they are small enough; `spawn` is called once
+/// ([`Gpu::stage_all`](crate::device::Gpu)) when they are small enough; `ready` is called once
 /// the work is enqueued, and what it gives is returned.
 fn meet_backward<'g, H>(
     call: &Call<'g>,
     par: u64,
     upstream: &[f64],
     host: bool,
-    spawn: impl FnOnce() -> H,
+    ready: impl FnOnce() -> H,
 ) -> Result<(Outputs<'g>, H)> {
     let sh = call.shape;
     let (bn, k, c) = (sh.batch, sh.max_duration, sh.labels);
@@ -1276,7 +1279,7 @@ fn meet_backward<'g, H>(
     } else {
         None
     };
-    let spawned = spawn();
+    let arrays = ready();
     let mut small = match &staged {
         Some(st) => {
             st.copies.wait().map_err(|e| call.err(e))?;
@@ -1359,7 +1362,7 @@ fn meet_backward<'g, H>(
     };
     let known = Some((small.pst, small.pen));
     let out = o.finish(call, log_z, tr, dur, upstream, known, staged)?;
-    Ok((out, spawned))
+    Ok((out, arrays))
 }
 
 #[cfg(test)]
