@@ -77,26 +77,29 @@
 //! | forward, static transition | `O(T·C·(C+K))`, two half-length sweeps | inputs + `16·(K·C + 10·C + 4)` bytes per sequence (and `16·(K+16)·C` where the ring leaves shared memory) |
 //! | forward, `(K, C, C)` transition | `O(T·K·C²)` | inputs + `O(K·C)` per sequence |
 //! | Viterbi | the forward | + `8·(T+1)·C` bytes of backpointers per sequence |
-//! | forward + backward, static | 2.7–3.2× the forward (the kernels alone 2.7–3.0×) | + `16·(T+4)·(C+1)` bytes per sequence of saved rows, the outputs |
+//! | forward + backward, static | 2.2–2.9× the forward (the kernels alone 2.7–3.0×) | + `16·(T+4)·(C+1)` bytes per sequence of saved rows, the outputs |
 //! | forward + backward, `(K, C, C)` | about 3× the forward | + `16·(T+1)·C` bytes per sequence, the outputs |
 //!
 //! [`EngineInfo::memory_required`] is an upper bound of what a call allocates (it counts the
 //! boundaries the problem gives, and what a log-domain rerun of every sequence would add),
 //! and [`CudaEngine::measure_memory`] measures a call: at S5 (1, 16384, 127, 4), f32, a
 //! forward+backward allocates 2.78 MB against a bound of 3.32 MB (flash-semicrf 0.2.0: 3.21
-//! MB). On an H100 (2026-11-25, whole calls, f32) a forward+backward takes 0.23 ms at S1,
-//! 2.7 ms at S4, 9.9 ms at S5, 3.7 ms at S6 and 1.58 s at S8 (1, 100000, 1000, 24); the README
+//! MB). On an H100 (2026-11-25, whole calls, f32) a forward+backward takes 0.15 ms at S1,
+//! 2.6 ms at S4, 9.8 ms at S5, 3.6 ms at S6 and 1.58 s at S8 (1, 100000, 1000, 24); the README
 //! compares them with the CPU engine and flash-semicrf.
 //!
 //! **Copies.** A call's inputs go to the device in two copies (below 2 MB, from the caller's
 //! own arrays) and its small results come back in one; the batch's duration and transition
 //! gradients are summed on the device (`meet_sum` in `kernels/io.cu`, the host's order and
-//! rounding). Copies of 2 MB and more run in chunks through a page-locked buffer, the host's
+//! rounding). The kernels' own buffers are one allocation. A backward pass's results of at
+//! most 4 MB in all are copied into a page-locked buffer by copies enqueued behind its
+//! kernels, with one wait for all of them (`SEMICRF_CUDA_ONE_COPY_UPTO=N` moves the limit, 0
+//! turns it off), and the calling thread makes the host arrays they go to ready while the
+//! kernels run. Other copies of 2 MB and more run in chunks through that buffer, the host's
 //! threads filling or emptying one chunk while the bus moves another (`SEMICRF_CUDA_PINNED=0`
-//! turns that off, for comparison; `SEMICRF_CUDA_DIRECT_BELOW=N` moves the threshold to `N`
-//! bytes). The host arrays of a backward pass's results from 64 KiB on are made ready on
-//! another thread while the kernels run. The device's memory pool keeps what calls free for
-//! the next ones ([`CudaEngine::release_memory`] returns it).
+//! turns page-locked copies off, for comparison; `SEMICRF_CUDA_DIRECT_BELOW=N` moves the
+//! threshold to `N` bytes). The device's memory pool keeps what calls free for the next ones
+//! ([`CudaEngine::release_memory`] returns it).
 //!
 //! # Potentials already on the device
 //!
