@@ -1194,13 +1194,23 @@ impl Outputs<'_> {
         let staged = self.staged.as_ref();
         // `part`: the array's place among the staged ones.
         let back = |s: &CudaSlice<f64>, part: Option<usize>, mut v: Vec<f64>| -> Result<Vec<f64>> {
-            if let (Some(st), Some(i)) = (staged, part) {
-                let src = st.copies.part(i).map_err(|e| call.err(e))?;
-                if v.len() == src.len() {
-                    v.copy_from_slice(src);
-                    return Ok(v);
+            match (staged, part) {
+                (Some(st), Some(i)) => {
+                    let src = st.copies.part(i).map_err(|e| call.err(e))?;
+                    if v.len() == src.len() {
+                        v.copy_from_slice(src);
+                        return Ok(v);
+                    }
+                    return Ok(src.to_vec());
                 }
-                return Ok(src.to_vec());
+                // The staged copies hold the page-locked buffer a large copy would wait for.
+                (Some(_), None) => {
+                    return Err(Error::Device {
+                        backend: call.backend.into(),
+                        message: "a result of a staged backward pass was not staged".into(),
+                    });
+                }
+                (None, _) => {}
             }
             if v.len() != s.len() {
                 return call.back_all(s);
