@@ -10,13 +10,13 @@
 #   crates/semicrf-bench/peers/run_gpu.sh S1 S2 S3 S4 S5 S6 S7
 #
 # Environment: WORK (problem files, default /tmp/semicrf-gpu-peers), OURS_REPEATS (default
-# 21), FLASH_REPEATS (default 5; 1 beyond S3), FLASH_TIMEOUT (seconds per shape, default 300).
+# 31), FLASH_REPEATS (default 5; 1 beyond S3), FLASH_TIMEOUT (seconds per shape, default 300).
 # Results: results/gpu/{ours,ours_cuda,flash}_{S}.json and the table (table.py --gpu).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 WORK=${WORK:-/tmp/semicrf-gpu-peers}
-OURS_REPEATS=${OURS_REPEATS:-21}
+OURS_REPEATS=${OURS_REPEATS:-31}
 FLASH_TIMEOUT=${FLASH_TIMEOUT:-300}
 EXPORT=$ROOT/.gpu/bin/bin-export_problem
 RES="$HERE/results/gpu"
