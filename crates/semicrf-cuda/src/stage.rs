@@ -38,18 +38,22 @@ pub(crate) const ONE_COPY_UPTO: usize = 4 << 20;
 /// Elements per task of the host's threads.
 const TASK: usize = 1 << 15;
 
+/// A size in bytes from the environment variable `var`, else `default`; `None` where
+/// `SEMICRF_CUDA_PINNED=0` turns page-locked copies off.
+fn setting(var: &str, default: usize) -> Option<usize> {
+    if std::env::var("SEMICRF_CUDA_PINNED").as_deref() == Ok("0") {
+        return None;
+    }
+    let set = std::env::var(var).ok().and_then(|v| v.parse().ok());
+    Some(set.unwrap_or(default))
+}
+
 /// Whether a copy of `bytes` goes straight from or to pageable memory.
 pub(crate) fn direct(bytes: usize) -> bool {
     static BELOW: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     bytes
         < *BELOW.get_or_init(|| {
-            if std::env::var("SEMICRF_CUDA_PINNED").as_deref() == Ok("0") {
-                return usize::MAX;
-            }
-            std::env::var("SEMICRF_CUDA_DIRECT_BELOW")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(DIRECT_BELOW)
+            setting("SEMICRF_CUDA_DIRECT_BELOW", DIRECT_BELOW).unwrap_or(usize::MAX)
         })
 }
 
@@ -57,14 +61,7 @@ pub(crate) fn direct(bytes: usize) -> bool {
 fn one_copy_upto() -> usize {
     static UPTO: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *UPTO.get_or_init(|| {
-        if std::env::var("SEMICRF_CUDA_PINNED").as_deref() == Ok("0") {
-            return 0;
-        }
-        std::env::var("SEMICRF_CUDA_ONE_COPY_UPTO")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(ONE_COPY_UPTO)
-            .min(STAGE_BYTES)
+        setting("SEMICRF_CUDA_ONE_COPY_UPTO", ONE_COPY_UPTO).map_or(0, |n| n.min(STAGE_BYTES))
     })
 }
 

@@ -889,8 +889,7 @@ pub(crate) fn viterbi<F: Scalar>(
 /// large ones left on the device. The static form runs in `kernels/meet.cu` where it can
 /// (`meet`). `then` is given them (and the call, to read them) before the device is free
 /// for the next call; where `host` (the caller reads them back), with the host arrays of
-/// [`ready_outputs`] for large results, and small ones already on their way back
-/// ([`Outputs::into_host`]).
+/// [`ready_outputs`], and small results already on their way back ([`Outputs::into_host`]).
 pub(crate) fn backward<F: Scalar, R>(
     gpu: &Gpu,
     backend: &str,
@@ -903,30 +902,20 @@ pub(crate) fn backward<F: Scalar, R>(
 ) -> Result<R> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
     let call = Call::new(gpu, backend, model, src, meet, upstream)?;
-    let sh = model.shape;
-    // Once the work is enqueued, the host is free: it makes the result arrays ready while
-    // the kernels run (this thread, whose memory node the copies into them then use).
-    let (btc, bt, bb, eb) = (
-        sh.batch * sh.len * sh.labels,
-        sh.batch * sh.len,
-        model.has_bb,
-        model.has_eb,
-    );
-    let ready = || host.then(|| ready_outputs(btc, bt, bb, eb));
     let (g, arrays) = match call.par {
-        Some(par) => meet_backward(&call, par, upstream, host, ready)?,
-        None => log_backward(&call, upstream, ready)?,
+        Some(par) => meet_backward(&call, par, upstream, host)?,
+        None => log_backward(&call, upstream, host)?,
     };
     then(&call, g, arrays)
 }
 
-/// The log-domain backward of every sequence.
-/// `ready` is called once the forward is enqueued, and what it gives is returned.
-fn log_backward<'g, H>(
+/// The log-domain backward of every sequence, with the host arrays of [`ready_outputs`]
+/// where `host`.
+fn log_backward<'g>(
     call: &Call<'g>,
     upstream: &[f64],
-    ready: impl FnOnce() -> H,
-) -> Result<(Outputs<'g>, H)> {
+    host: bool,
+) -> Result<(Outputs<'g>, Option<[Vec<f64>; 4]>)> {
     let sh = call.shape;
     let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
     let dd = call.dd;
@@ -941,7 +930,7 @@ fn log_backward<'g, H>(
         a.alpha = call.ptr(&alpha);
         a.u = call.opt(&u);
     })?;
-    let arrays = ready();
+    let arrays = host.then(|| ready_outputs(call.model));
     let out = fwd.out.as_ref().expect("its own output");
     let log_z: Vec<f64> = call.back(out)?.chunks(2).map(|w| w[0]).collect();
     semicrf_core::check_feasible(&log_z)?;
@@ -1148,12 +1137,15 @@ pub(crate) struct Outputs<'g> {
     pub(crate) staged: Option<StagedOutputs<'g>>,
 }
 
-/// Host arrays for a backward pass's results (`btc` = B·T·C elements for the scores'
-/// gradient and the boundaries' where given, `bt` for the boundary marginals), with every
-/// page written once: made while the kernels run, so that the copies back do not wait for
-/// the operating system to map fresh memory (at S6, 12 MB of gradient: about 0.4 ms).
-pub(crate) fn ready_outputs(btc: usize, bt: usize, has_bb: bool, has_eb: bool) -> [Vec<f64>; 4] {
+/// Host arrays for a backward pass's results of `model` (scores' gradient, the boundaries'
+/// where given, boundary marginals), with every page written once: made by the calling
+/// thread while the kernels run (the thread that then copies into them, on its own memory
+/// node), so that the copies back do not wait for the operating system to map fresh memory
+/// (at S6, 12 MB of gradient: about 0.4 ms).
+pub(crate) fn ready_outputs(model: &Model) -> [Vec<f64>; 4] {
     use rayon::prelude::*;
+    let sh = model.shape;
+    let (btc, bt) = (sh.batch * sh.len * sh.labels, sh.batch * sh.len);
     let touched = |n: usize| {
         let mut v = vec![0.0f64; n];
         // One write per 4 KiB page; rayon's threads for large arrays only (handing them
@@ -1174,8 +1166,16 @@ pub(crate) fn ready_outputs(btc: usize, bt: usize, has_bb: bool, has_eb: bool) -
     };
     [
         touched(btc),
-        if has_bb { touched(btc) } else { Vec::new() },
-        if has_eb { touched(btc) } else { Vec::new() },
+        if model.has_bb {
+            touched(btc)
+        } else {
+            Vec::new()
+        },
+        if model.has_eb {
+            touched(btc)
+        } else {
+            Vec::new()
+        },
         touched(bt),
     ]
 }
@@ -1247,15 +1247,14 @@ impl Outputs<'_> {
 /// domain: their forward into the same log Z buffer and the saved rows' memory, their
 /// backward into the same marginal buffers and their own duration and transition marginals.
 /// Where `host`, the results are staged for the host behind the kernels
-/// ([`Gpu::stage_all`](crate::device::Gpu)) when they are small enough; `ready` is called once
-/// the work is enqueued, and what it gives is returned.
-fn meet_backward<'g, H>(
+/// ([`Gpu::stage_all`](crate::device::Gpu)) when they are small enough, and their host
+/// arrays ([`ready_outputs`]) made while the kernels run.
+fn meet_backward<'g>(
     call: &Call<'g>,
     par: u64,
     upstream: &[f64],
     host: bool,
-    ready: impl FnOnce() -> H,
-) -> Result<(Outputs<'g>, H)> {
+) -> Result<(Outputs<'g>, Option<[Vec<f64>; 4]>)> {
     let sh = call.shape;
     let (bn, k, c) = (sh.batch, sh.max_duration, sh.labels);
     let m = call.model;
@@ -1289,7 +1288,7 @@ fn meet_backward<'g, H>(
     } else {
         None
     };
-    let arrays = ready();
+    let arrays = host.then(|| ready_outputs(m));
     let mut small = match &staged {
         Some(st) => {
             st.copies.wait().map_err(|e| call.err(e))?;
