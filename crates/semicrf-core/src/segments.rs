@@ -2,7 +2,7 @@
 
 use semicrf_semiring::Semiring;
 
-use crate::{EdgePotentials, Error, Potentials, Result, Scalar, Segment};
+use crate::{Decoded, EdgePotentials, Error, Potentials, Result, Scalar, Segment};
 
 /// Checks that `segments` tile `[0, len)` in order with durations `1..=max_duration` and
 /// labels `< labels`.
@@ -156,6 +156,47 @@ pub fn trace_back(
         segments[slot] = s;
     });
     segments
+}
+
+/// The end of every engine's Viterbi: the final label is the smallest index `j < labels`
+/// attaining the largest `finals(j)` (the final `α_L(j)` with the end score), no finite one
+/// gives the empty decoding of score `-inf`, and otherwise the segments are traced back from
+/// that label ([`trace_back`], with the engine's backpointer lookup `best`).
+///
+/// ```
+/// use semicrf_core::{decode_best, Segment};
+///
+/// // Labels 0 and 2 tie: the smaller wins; its best segment covers the whole sequence.
+/// let finals = [1.5, -2.0, 1.5];
+/// let d = decode_best(4, 3, |j| finals[j], |_, _| (4, 0));
+/// assert_eq!((d.score, d.segments), (1.5, vec![Segment::new(0, 4, 0)]));
+/// let none = decode_best(4, 3, |_| f64::NEG_INFINITY, |_, _| unreachable!());
+/// assert!(none.score == f64::NEG_INFINITY && none.segments.is_empty());
+/// ```
+pub fn decode_best(
+    len: usize,
+    labels: usize,
+    finals: impl Fn(usize) -> f64,
+    best: impl Fn(usize, usize) -> (usize, usize),
+) -> Decoded {
+    let (mut score, mut last) = (f64::NEG_INFINITY, 0);
+    for j in 0..labels {
+        let x = finals(j);
+        if x > score {
+            score = x;
+            last = j;
+        }
+    }
+    if score == f64::NEG_INFINITY {
+        return Decoded {
+            score,
+            segments: Vec::new(),
+        };
+    }
+    Decoded {
+        score,
+        segments: trace_back(len, last, best),
+    }
 }
 
 /// Segments from per-position labels: each maximal run of equal labels becomes one segment.

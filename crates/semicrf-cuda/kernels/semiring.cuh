@@ -5,6 +5,8 @@
 // An element is a pair (x, h): x the log-weight, h the entropy (ignored by log and max).
 // Every reduction subtracts its maximum and skips items of log-weight -inf, so no
 // `-inf - -inf` is ever formed (the model page, crates/semicrf-core/src/model.md, §4 and §8).
+#ifndef KERNELS_SEMIRING_CUH
+#define KERNELS_SEMIRING_CUH
 
 #define SR_LOG 0
 #define SR_MAX 1
@@ -203,3 +205,5 @@ struct Two {
         return t / s + log(s);
     }
 };
+
+#endif  // KERNELS_SEMIRING_CUH

@@ -2,42 +2,16 @@
 //! on the GPU. Structured input is materialised on the host, as the CPU's exact engine does;
 //! edge input is copied in `f64`.
 
-use cudarc::driver::{
-    CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
-};
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 use ndarray::Array5;
 use semicrf_core::{
-    Backward, ByteCount, Decoded, Error, Gradients, Problem, Result, Scalar, Shape, materialize,
-    pull_back, trace_back,
+    Backward, ByteCount, Decoded, Error, Gradients, Problem, Result, Scalar, Shape, decode_best,
+    materialize, pull_back,
 };
 
+use crate::call::team_plan;
 use crate::device::{Gpu, driver};
-use crate::streaming::{Ring, What, plan};
-
-/// The kernels' argument block (`struct EArgs` of `kernels/edge.cu`, field for field).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct EArgs {
-    e: u64,
-    v0: u64,
-    len: u64,
-    alpha: u64,
-    alphah: u64,
-    beta: u64,
-    bp: u64,
-    out: u64,
-    lz: u64,
-    up: u64,
-    bm: u64,
-    b: i64,
-    t: i64,
-    k: i64,
-    c: i64,
-    team: i32,
-}
-
-// SAFETY: a plain `repr(C)` block of integers, laid out as the kernels' `struct EArgs`.
-unsafe impl DeviceRepr for EArgs {}
+use crate::kernel::{DevPtr, EdgeArgs, Kernel, SemiringId, What};
 
 /// Device bytes a call allocates for `shape`: the edges in `f64` (whatever the input type),
 /// the `(T+1, C)` tables of `α` (and its entropies, `β`, backpointers) and the small
@@ -49,7 +23,7 @@ pub(crate) fn bytes(shape: Shape, what: What) -> ByteCount {
     let table = ByteCount::f64s(&[b, t1, c]);
     let small = ByteCount::f64s(&[2, b]) + ByteCount::bytes(&[8, b]);
     let work = match what {
-        What::Forward(Ring::Entropy) => table + table + ByteCount::f64s(&[b, k, c]),
+        What::Forward(SemiringId::Entropy) => table + table + ByteCount::f64s(&[b, k, c]),
         What::Forward(_) => table,
         What::Viterbi => table + ByteCount::bytes(&[4, b, t1, c]),
         What::Backward => table + table + ByteCount::f64s(&[2, b]) + ByteCount::f64s(&[b, t]),
@@ -58,7 +32,7 @@ pub(crate) fn bytes(shape: Shape, what: What) -> ByteCount {
 }
 
 /// One call's edges and lengths on the device.
-struct Call<'g> {
+struct EdgeCall<'g> {
     gpu: &'g Gpu,
     backend: &'g str,
     shape: Shape,
@@ -71,14 +45,14 @@ struct Call<'g> {
     len: CudaSlice<i64>,
 }
 
-impl<'g> Call<'g> {
+impl<'g> EdgeCall<'g> {
     /// The edges of `problem` on the device, with the virtual start's items when `ring` is
     /// the entropy semiring's.
     fn new<F: Scalar>(
         gpu: &'g Gpu,
         backend: &'g str,
         problem: &Problem<'_, F>,
-        ring: Ring,
+        ring: SemiringId,
     ) -> Result<Self> {
         let shape = problem.shape();
         let host: Vec<f64> = match problem {
@@ -87,7 +61,7 @@ impl<'g> Call<'g> {
         };
         let e = gpu.upload(&host).map_err(|e| driver(backend, e))?;
         let v0 = match ring {
-            Ring::Entropy => Some(
+            SemiringId::Entropy => Some(
                 gpu.upload(&virtual_start(&host, shape))
                     .map_err(|e| driver(backend, e))?,
             ),
@@ -97,8 +71,8 @@ impl<'g> Call<'g> {
         let lengths: Vec<i64> = problem.lengths().iter().map(|&l| l as i64).collect();
         let len = gpu.upload(&lengths).map_err(|e| driver(backend, e))?;
         let (k, c) = (shape.max_duration, shape.labels);
-        let (team, threads) = plan(k.saturating_mul(c), c);
-        Ok(Call {
+        let (team, threads) = team_plan(k.saturating_mul(c), c);
+        Ok(EdgeCall {
             gpu,
             backend,
             shape,
@@ -122,17 +96,17 @@ impl<'g> Call<'g> {
         self.gpu.upload(v).map_err(|e| self.err(e))
     }
 
-    fn ptr<T>(&self, s: &CudaSlice<T>) -> u64 {
-        s.device_ptr(&self.gpu.stream).0
+    fn ptr<T>(&self, s: &CudaSlice<T>) -> DevPtr {
+        self.gpu.ptr(s)
     }
 
     fn back<T: DeviceRepr>(&self, s: &CudaSlice<T>) -> Result<Vec<T>> {
         self.gpu.stream.clone_dtoh(s).map_err(|e| self.err(e))
     }
 
-    fn args(&self) -> EArgs {
+    fn args(&self) -> EdgeArgs {
         let sh = self.shape;
-        EArgs {
+        EdgeArgs {
             e: self.ptr(&self.e),
             len: self.ptr(&self.len),
             b: sh.batch as i64,
@@ -140,13 +114,13 @@ impl<'g> Call<'g> {
             k: sh.max_duration as i64,
             c: sh.labels as i64,
             team: self.team as i32,
-            ..EArgs::default()
+            ..EdgeArgs::default()
         }
     }
 
     /// Launches `kernel` with one block per sequence (`per_sequence`) or a grid of 256-thread
     /// blocks over `n` items.
-    fn launch(&self, kernel: &str, a: &EArgs, per_sequence: bool, n: usize) -> Result<()> {
+    fn launch(&self, kernel: Kernel, a: &EdgeArgs, per_sequence: bool, n: usize) -> Result<()> {
         let (grid, block) = if per_sequence {
             (self.shape.batch, self.threads)
         } else {
@@ -159,19 +133,19 @@ impl<'g> Call<'g> {
         };
         let mut b = self.gpu.stream.launch_builder(self.gpu.function(kernel));
         b.arg(a);
-        // SAFETY: `a` matches the kernel's `struct EArgs`; every pointer in it is a live
+        // SAFETY: `a` is the kernel's `struct EArgs` (its layout asserted at compile time); every pointer in it is a live
         // allocation of this call sized for the shape, or null where the kernel checks.
         unsafe { b.launch(cfg) }.map_err(|e| self.err(e))?;
         Ok(())
     }
 
     /// The forward pass in `ring`: `(x, h)` per sequence, and the α table.
-    fn forward(&self, ring: Ring, bp: Option<&CudaSlice<i32>>) -> Result<(Vec<f64>, Table)> {
+    fn forward(&self, ring: SemiringId, bp: Option<&CudaSlice<i32>>) -> Result<(Vec<f64>, Table)> {
         let sh = self.shape;
         let (bn, t, c) = (sh.batch, sh.len, sh.labels);
         let rows = bn * (t + 1) * c;
         let alpha = self.zeros::<f64>(rows)?;
-        let ent = ring == Ring::Entropy;
+        let ent = ring == SemiringId::Entropy;
         let alphah = if ent {
             Some(self.zeros::<f64>(rows)?)
         } else {
@@ -180,14 +154,14 @@ impl<'g> Call<'g> {
         let out = self.zeros::<f64>(2 * bn)?;
         let mut a = self.args();
         a.alpha = self.ptr(&alpha);
-        a.alphah = alphah.as_ref().map_or(0, |s| self.ptr(s));
-        a.v0 = self.v0.as_ref().map_or(0, |s| self.ptr(s));
-        a.bp = bp.map_or(0, |s| self.ptr(s));
+        a.alphah = alphah.as_ref().map_or(DevPtr::NULL, |s| self.ptr(s));
+        a.v0 = self.v0.as_ref().map_or(DevPtr::NULL, |s| self.ptr(s));
+        a.bp = bp.map_or(DevPtr::NULL, |s| self.ptr(s));
         a.out = self.ptr(&out);
         let kernel = match ring {
-            Ring::Log => "edge_fwd_log",
-            Ring::Max => "edge_fwd_max",
-            Ring::Entropy => "edge_fwd_ent",
+            SemiringId::Log => Kernel::EdgeFwdLog,
+            SemiringId::Max => Kernel::EdgeFwdMax,
+            SemiringId::Entropy => Kernel::EdgeFwdEnt,
         };
         self.launch(kernel, &a, true, 0)?;
         self.gpu.mark();
@@ -224,10 +198,10 @@ pub(crate) fn forward<F: Scalar>(
     gpu: &Gpu,
     backend: &str,
     problem: &Problem<'_, F>,
-    ring: Ring,
+    ring: SemiringId,
 ) -> Result<Vec<[f64; 2]>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, problem, ring)?;
+    let call = EdgeCall::new(gpu, backend, problem, ring)?;
     let (out, _) = call.forward(ring, None)?;
     Ok(out.chunks(2).map(|w| [w[0], w[1]]).collect())
 }
@@ -240,34 +214,25 @@ pub(crate) fn viterbi<F: Scalar>(
     problem: &Problem<'_, F>,
 ) -> Result<Vec<Decoded>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, problem, Ring::Max)?;
+    let call = EdgeCall::new(gpu, backend, problem, SemiringId::Max)?;
     let sh = call.shape;
     let (t, c) = (sh.len, sh.labels);
     let bp = call.zeros::<i32>(sh.batch * (t + 1) * c)?;
-    let (_, table) = call.forward(Ring::Max, Some(&bp))?;
+    let (_, table) = call.forward(SemiringId::Max, Some(&bp))?;
     let (alpha, bp) = (call.back(&table.alpha)?, call.back(&bp)?);
     Ok((0..sh.batch)
         .map(|b| {
-            let len = problem.lengths()[b];
             let at = |x: usize, j: usize| (b * (t + 1) + x) * c + j;
-            let (mut score, mut label) = (f64::NEG_INFINITY, 0);
-            for j in 0..c {
-                if alpha[at(len, j)] > score {
-                    score = alpha[at(len, j)];
-                    label = j;
-                }
-            }
-            if score == f64::NEG_INFINITY {
-                return Decoded {
-                    score,
-                    segments: Vec::new(),
-                };
-            }
-            let segments = trace_back(len, label, |x, j| {
-                let packed = bp[at(x, j)] as usize;
-                (packed / c + 1, packed % c)
-            });
-            Decoded { score, segments }
+            let len = problem.lengths()[b];
+            decode_best(
+                len,
+                c,
+                |j| alpha[at(len, j)],
+                |x, j| {
+                    let packed = bp[at(x, j)] as usize;
+                    (packed / c + 1, packed % c)
+                },
+            )
         })
         .collect())
 }
@@ -281,10 +246,10 @@ pub(crate) fn backward<F: Scalar>(
     upstream: &[f64],
 ) -> Result<Backward> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let call = Call::new(gpu, backend, problem, Ring::Log)?;
+    let call = EdgeCall::new(gpu, backend, problem, SemiringId::Log)?;
     let sh = call.shape;
     let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
-    let (out, table) = call.forward(Ring::Log, None)?;
+    let (out, table) = call.forward(SemiringId::Log, None)?;
     let log_z: Vec<f64> = out.chunks(2).map(|w| w[0]).collect();
     semicrf_core::check_feasible(&log_z)?;
     let beta = call.zeros::<f64>(bn * (t + 1) * c)?;
@@ -297,9 +262,9 @@ pub(crate) fn backward<F: Scalar>(
     a.lz = call.ptr(&lz);
     a.up = call.ptr(&upd);
     a.bm = call.ptr(&bm);
-    call.launch("edge_bwd_log", &a, true, 0)?;
-    call.launch("edge_bm", &a, false, bn * t)?;
-    call.launch("edge_marg", &a, false, bn * t * k * c * c)?;
+    call.launch(Kernel::EdgeBwdLog, &a, true, 0)?;
+    call.launch(Kernel::EdgeBm, &a, false, bn * t)?;
+    call.launch(Kernel::EdgeMarg, &a, false, bn * t * k * c * c)?;
     gpu.mark();
     let shape_err = |e: ndarray::ShapeError| Error::Device {
         backend: backend.into(),

@@ -10,8 +10,10 @@ use ndarray::{Array1, Array2, Array3, ArrayD, ArrayView, ArrayViewD, Dimension};
 use semicrf_core::range::{self, Largest, Magnitude};
 use semicrf_core::{Backward, Error, Gradients, Potentials, Result, Shape};
 
+use crate::call::{Model, Source};
 use crate::device::{Gpu, driver};
-use crate::streaming::{Model, Outputs, Source};
+use crate::kernel::{CheckArgs, DevPtr, Kernel};
+use crate::streaming::BackwardResults;
 
 /// The element type of a [`DeviceArray`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -197,9 +199,9 @@ impl<'a> DevicePotentials<'a> {
     /// Where the kernels read the position tensors.
     pub(crate) fn source(&self) -> Source<'static, 'static, f64> {
         Source::Device {
-            sc: self.scores.ptr,
-            bb: self.begin_boundary.map(|a| a.ptr),
-            eb: self.end_boundary.map(|a| a.ptr),
+            sc: DevPtr::at(self.scores.ptr),
+            bb: self.begin_boundary.map(|a| DevPtr::at(a.ptr)),
+            eb: self.end_boundary.map(|a| DevPtr::at(a.ptr)),
             f32: self.scores.dtype == Dtype::F32,
         }
     }
@@ -296,12 +298,14 @@ impl<'a> DevicePotentialsBuilder<'a> {
         self
     }
 
-    /// Checks everything as [`semicrf_core::PotentialsBuilder::build`] does (shapes,
-    /// lengths, no NaN or `+inf`, magnitudes within [`range::SCORE_LIMIT`]), the device arrays
-    /// on `engine`'s device by a kernel, whose scratch (16 bytes per position) is freed
-    /// before this returns. The arrays must also be in that device's memory and hold the
-    /// `B·T·C` elements, all of one element type.
-    pub fn build(self, engine: &crate::CudaEngine) -> Result<DevicePotentials<'a>> {
+    /// [`DevicePotentialsBuilder::build`] on device `ordinal`, opened by `gpu` once the host's
+    /// checks have passed; errors name `backend`.
+    pub(crate) fn build_on(
+        self,
+        ordinal: usize,
+        backend: String,
+        gpu: impl FnOnce() -> Result<std::sync::Arc<Gpu>>,
+    ) -> Result<DevicePotentials<'a>> {
         let (b, t, c) = self.dims;
         if b == 0 {
             return Err(Error::EmptyBatch);
@@ -325,7 +329,7 @@ impl<'a> DevicePotentialsBuilder<'a> {
         let zeros = vec![0.0f64; c];
         let one = [1usize];
         let zview = ndarray::ArrayView3::from_shape((1, 1, c), &zeros)
-            .map_err(|e| internal(&engine.backend(), e))?;
+            .map_err(|e| internal(&backend, e))?;
         let mut pb = Potentials::builder(zview, &one, self.max_duration);
         if let Some(v) = self.transition {
             pb = pb.transition(v);
@@ -355,10 +359,9 @@ impl<'a> DevicePotentialsBuilder<'a> {
             begin_boundary: self.begin_boundary,
             end_boundary: self.end_boundary,
             magnitudes: Vec::new(),
-            ordinal: engine.ordinal(),
+            ordinal,
         };
-        let backend = engine.backend();
-        let gpu = engine.gpu()?;
+        let gpu = gpu()?;
         let n = b * t * c;
         for (name, a) in p.arrays() {
             if a.len != n {
@@ -370,14 +373,14 @@ impl<'a> DevicePotentialsBuilder<'a> {
             }
             if a.dtype != p.scores.dtype {
                 return Err(Error::Unsupported {
-                    backend,
+                    backend: backend.clone(),
                     what: format!(
                         "{name} of {:?} with scores of {:?} (give them one element type)",
                         a.dtype, p.scores.dtype
                     ),
                 });
             }
-            check_address(&gpu, &backend, engine.ordinal(), name, a)?;
+            check_address(&gpu, &backend, ordinal, name, a)?;
         }
         p.magnitudes = check_values(&gpu, &backend, &p, &shared)?;
         range::check_finite_results(&p.magnitudes, &p.model.lengths)?;
@@ -454,25 +457,6 @@ fn check_address(
     Ok(())
 }
 
-/// The kernel's argument block (`struct CArgs` of `kernels/io.cu`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct CArgs {
-    x: u64,
-    len: u64,
-    rowmax: u64,
-    rowarg: u64,
-    rowbad: u64,
-    bound: u64,
-    out: u64,
-    t: i64,
-    c: i64,
-    f32in: i32,
-}
-
-// SAFETY: a plain `repr(C)` block of integers, laid out as the kernel's `struct CArgs`.
-unsafe impl DeviceRepr for CArgs {}
-
 /// Words per sequence and array that the kernel writes.
 const OUT: usize = 6;
 
@@ -499,20 +483,19 @@ fn check_values(
     let rowmax = gpu.uninit::<f64>(b * t).map_err(err)?;
     let rowarg = gpu.uninit::<i32>(b * t).map_err(err)?;
     let rowbad = gpu.uninit::<i32>(b * t).map_err(err)?;
-    let f = gpu.function("check_input");
-    let st = &gpu.stream;
-    let base = out.device_ptr(st).0;
-    let (len_at, rowmax_at) = (len.device_ptr(st).0, rowmax.device_ptr(st).0);
-    let (rowarg_at, rowbad_at) = (rowarg.device_ptr(st).0, rowbad.device_ptr(st).0);
+    let f = gpu.function(Kernel::CheckInput);
+    let base = gpu.ptr(&out);
+    let (len_at, rowmax_at) = (gpu.ptr(&len), gpu.ptr(&rowmax));
+    let (rowarg_at, rowbad_at) = (gpu.ptr(&rowarg), gpu.ptr(&rowbad));
     for (i, (_, a)) in arrays.iter().enumerate() {
-        let args = CArgs {
-            x: a.ptr,
+        let args = CheckArgs {
+            x: DevPtr::at(a.ptr),
             len: len_at,
             rowmax: rowmax_at,
             rowarg: rowarg_at,
             rowbad: rowbad_at,
             bound: base,
-            out: base + 8 * (b + i * b * OUT) as u64,
+            out: base.words(b + i * b * OUT),
             t: t as i64,
             c: c as i64,
             f32in: (a.dtype == Dtype::F32) as i32,
@@ -524,7 +507,7 @@ fn check_values(
         };
         let mut l = gpu.stream.launch_builder(f);
         l.arg(&args);
-        // SAFETY: `args` matches `struct CArgs`; `x` holds B·T·C elements of its type
+        // SAFETY: `args` is `struct CArgs` (its layout asserted at compile time); `x` holds B·T·C elements of its type
         // (checked above), the scratch B·T each, `out` B + 3·B·OUT words; one block per
         // sequence.
         unsafe { l.launch(cfg) }.map_err(err)?;
@@ -649,7 +632,7 @@ pub struct DeviceBackward {
 }
 
 impl DeviceBackward {
-    pub(crate) fn new(o: Outputs, shape: Shape) -> Self {
+    pub(crate) fn new(o: BackwardResults, shape: Shape) -> Self {
         DeviceBackward {
             log_z: o.log_z,
             scores: o.gsc,
@@ -749,7 +732,7 @@ mod tests {
                 }
             }
         }
-        crate::meet::tests::run_emulated(exe, &buf)
+        crate::emu::run_emulated(exe, &buf)
     }
 
     /// The kernel's words, assembled on the host, give the core's own bounds (bit for bit)
@@ -757,7 +740,7 @@ mod tests {
     /// and `-inf` entries, both element types, blocks of fewer and more threads than `T`.
     #[test]
     fn the_check_kernel_finds_what_the_core_finds() {
-        let exe = crate::meet::tests::build_emulator("semicrf-check-emu", "check_main.cpp", &[]);
+        let exe = crate::emu::build_emulator("semicrf-check-emu", "check_main.cpp", &[]);
         let Some(exe) = exe else { return };
         for (seed, (b, t, k, c)) in [(3, 40, 5, 4), (2, 300, 9, 7), (4, 17, 3, 33)]
             .into_iter()
@@ -810,7 +793,7 @@ mod tests {
     /// only after the barrier (a missing one is a reported race, which fails the run).
     #[test]
     fn the_check_kernel_has_no_data_race() {
-        let exe = crate::meet::tests::build_emulator(
+        let exe = crate::emu::build_emulator(
             "semicrf-check-tsan",
             "check_main.cpp",
             &["-fsanitize=thread", "-g"],

@@ -3,7 +3,7 @@
 //! while `C <= 256`), so that a sequence of `2·10⁷` positions and 50 labels keeps 3 GB of
 //! backpointers, not 8.
 
-use semicrf_core::{Decoded, MaxSemiring, Scalar, trace_back};
+use semicrf_core::{Decoded, MaxSemiring, Scalar, decode_best};
 use semicrf_semiring::kernels::argmax_add;
 
 use super::forward::{DdFwd, Forward, StaticFwd};
@@ -12,26 +12,15 @@ use super::params::Params;
 
 const NEG: f64 = f64::NEG_INFINITY;
 
-/// The decoding from the final `α_L`, given the backpointer lookup of [`trace_back`].
+/// The decoding from the final `α_L` and the end scores ([`decode_best`]), given the
+/// backpointer lookup of [`semicrf_core::trace_back`].
 fn decode(
     alpha: &[f64],
     par: &Params<MaxSemiring>,
     len: usize,
     best: impl Fn(usize, usize) -> (usize, usize),
 ) -> Decoded {
-    let mut buf = vec![0.0; par.c];
-    // Final label: the smallest index attaining the maximum.
-    let (score, j) = argmax_add(alpha, &par.end, false, &mut buf);
-    if score == NEG {
-        return Decoded {
-            score,
-            segments: Vec::new(),
-        };
-    }
-    Decoded {
-        score,
-        segments: trace_back(len, j, best),
-    }
+    decode_best(len, par.c, |j| alpha[j] + par.end[j], best)
 }
 
 /// A backpointer: a duration or a label, stored in `Self`.

@@ -113,7 +113,7 @@ void launch(void (*kernel)(A), unsigned grid, unsigned block, size_t smem, A arg
 
 #define MEET_SMEM(name) double* name = emu::cur->smem.data()
 // The end of what a kernel places in dynamic shared memory: beyond the launch's bytes (the
-// layout of src/meet.rs smaller than what the kernels take), the run fails.
+// layout of src/meet/plan.rs smaller than what the kernels take), the run fails.
 #define MT_SMEM_END(end)                                                                  \
     do {                                                                                  \
         if ((const double*)(end) > emu::cur->smem.data() + emu::cur->smem.size() - 1) {   \

@@ -1,5 +1,8 @@
 //! Opening a CUDA device: driver and NVRTC checks, one context, stream and compiled module per
-//! device ordinal, kept for the life of the process.
+//! device ordinal, kept for the life of the process; the device's allocations (counted for
+//! [`crate::CudaEngine::measure_memory`]) and its memory pool. NVRTC is in [`nvrtc`].
+
+pub(crate) mod nvrtc;
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -8,71 +11,23 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, DriverError,
-    ValidAsZeroBits,
+    PinnedHostSlice, ValidAsZeroBits,
 };
-use cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
 use semicrf_core::{Error, Result};
 
-/// The kernel sources, compiled together by NVRTC.
-const SOURCES: [&str; 5] = [
-    include_str!("../kernels/semiring.cuh"),
-    include_str!("../kernels/streaming.cu"),
-    include_str!("../kernels/edge.cu"),
-    include_str!("../kernels/meet.cu"),
-    include_str!("../kernels/io.cu"),
-];
-
-/// The kernels the module exports.
-pub(crate) const KERNELS: [&str; 23] = [
-    "fwd_static_log",
-    "fwd_static_max",
-    "fwd_static_ent",
-    "fwd_dd_log",
-    "fwd_dd_max",
-    "fwd_dd_ent",
-    "bwd_static_log",
-    "bwd_dd_log",
-    "edge_fwd_log",
-    "edge_fwd_max",
-    "edge_fwd_ent",
-    "edge_bwd_log",
-    "edge_marg",
-    "edge_bm",
-    "meet_fwd_log",
-    "meet_fwd_log_r",
-    "meet_save_log",
-    "meet_save_log_r",
-    "meet_z_log",
-    "meet_bwd_log",
-    "meet_bwd_log_r",
-    "check_input",
-    "meet_sum",
-];
-
-/// The kernels of `kernels/meet.cu` that are also compiled for each label width of
-/// [`crate::meet::WIDTHS`], named with `_cN` after these (and before the `_r` of a ring in
-/// shared memory).
-const WIDE_KERNELS: [&str; 3] = ["meet_fwd_log", "meet_save_log", "meet_bwd_log"];
-
-/// The kernels of label width `ct` (and the module's own `meet_z_log`).
-pub(crate) fn wide_kernels(ct: usize) -> Vec<String> {
-    WIDE_KERNELS
-        .iter()
-        .flat_map(|k| [format!("{k}_c{ct}"), format!("{k}_c{ct}_r")])
-        .chain(["meet_z_log".to_string()])
-        .collect()
-}
+use crate::kernel::{DevPtr, Kernel, MeetKernel, Module, STEPS};
+use crate::tuning::tuning;
 
 /// The kernels of one label width and number of steps a block: compiled when first used
 /// (NVRTC takes a few seconds for each), or why they could not be.
-type Wide = std::result::Result<HashMap<String, CudaFunction>, String>;
+type Wide = std::result::Result<HashMap<MeetKernel, CudaFunction>, String>;
 
 /// One opened device: its context, the stream every call runs on, and the kernels.
 pub(crate) struct Gpu {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
     _module: Arc<CudaModule>,
-    functions: HashMap<&'static str, CudaFunction>,
+    functions: HashMap<Kernel, CudaFunction>,
     /// The virtual architecture the kernels are compiled for (`compute_90`, ...).
     arch: String,
     /// The kernels of each label width compiled so far.
@@ -87,8 +42,8 @@ pub(crate) struct Gpu {
     allocated: AtomicU64,
     /// The least free device memory seen at a call's high-water mark ([`Gpu::mark`]).
     low_water: AtomicU64,
-    /// Page-locked host memory for large copies (`stage.rs`).
-    pub(crate) stage: crate::stage::Stage,
+    /// Page-locked host memory for large copies (`transfer/stage.rs`).
+    pub(crate) stage: Stage,
     /// The device's default memory pool (where cudarc's stream-ordered allocations come
     /// from), as an integer; 0 where there is none.
     pool: usize,
@@ -190,70 +145,58 @@ impl Gpu {
         unsafe { cudarc::driver::sys::cuMemPoolTrimTo(self.pool as _, 0) }.result()
     }
 
-    pub(crate) fn function(&self, name: &str) -> &CudaFunction {
-        match self.functions.get(name) {
+    pub(crate) fn function(&self, k: Kernel) -> &CudaFunction {
+        match self.functions.get(&k) {
             Some(f) => f,
-            None => unreachable!("kernel {name} is in KERNELS and was loaded"),
+            None => unreachable!("kernel {} is in Kernel::ALL and was loaded", k.name()),
         }
     }
 
-    /// A kernel of [`KERNELS`] (`ct` 0, compiled for [`crate::meet::STEPS`] steps a block)
-    /// or of [`wide_kernels`]`(ct)` for `p` steps a block, the latter compiled and loaded
-    /// with the rest of their module on first use.
-    pub(crate) fn function_or_wide(
+    /// A meet kernel compiled for `p` steps a block: of the general module (width 0, for
+    /// [`STEPS`] alone) or of its label width's, compiled and loaded with the rest of that
+    /// module on first use.
+    pub(crate) fn meet_function(
         &self,
-        name: &str,
-        ct: usize,
+        k: MeetKernel,
         p: usize,
     ) -> std::result::Result<CudaFunction, String> {
-        if ct == 0 {
-            if p != crate::meet::STEPS {
+        if k.width == 0 {
+            if p != STEPS {
                 return Err(format!("the general kernels take no {p} steps a block"));
             }
-            return Ok(self.function(name).clone());
+            return Ok(self.function(k.general()).clone());
         }
         let mut wide = self.wide.lock().unwrap_or_else(|p| p.into_inner());
-        let set = wide.entry((ct, p)).or_insert_with(|| {
-            let ptx = compile_wide(&self.arch, ct, p)?;
-            load(&self.ctx, ptx, wide_kernels(ct), self.smem_limit as i32).map(|(_, f)| f)
+        let set = wide.entry((k.width, p)).or_insert_with(|| {
+            let module = Module::Meet {
+                width: k.width,
+                steps: p,
+            };
+            let ptx = nvrtc::compile(module, &self.arch)?;
+            let names = MeetKernel::of_width(k.width)
+                .into_iter()
+                .map(|m| (m, m.name()));
+            nvrtc::load(&self.ctx, ptx, names, self.smem_limit as i32).map(|(_, f)| f)
         });
         match set {
             Ok(f) => f
-                .get(name)
+                .get(&k)
                 .cloned()
-                .ok_or_else(|| format!("no kernel {name} of width {ct}, {p} steps a block")),
+                .ok_or_else(|| format!("no kernel {} of {p} steps a block", k.name())),
             Err(e) => Err(e.clone()),
         }
     }
+
+    /// The address of `s` as the kernels on this device's stream see it.
+    pub(crate) fn ptr<T>(&self, s: &CudaSlice<T>) -> DevPtr {
+        DevPtr::of(s, &self.stream)
+    }
 }
 
-/// Loads `ptx` and the kernels `names` of it, each allowed `smem_limit` bytes of dynamic
-/// shared memory.
-fn load<N: AsRef<str> + Eq + std::hash::Hash>(
-    ctx: &Arc<CudaContext>,
-    ptx: Ptx,
-    names: impl IntoIterator<Item = N>,
-    smem_limit: i32,
-) -> std::result::Result<(Arc<CudaModule>, HashMap<N, CudaFunction>), String> {
-    use cudarc::driver::sys::CUfunction_attribute;
-    let module = ctx
-        .load_module(ptx)
-        .map_err(|e| format!("loading the kernels: {e:?}"))?;
-    let mut functions = HashMap::new();
-    for name in names {
-        let n = name.as_ref();
-        let f = module
-            .load_function(n)
-            .map_err(|e| format!("kernel {n}: {e:?}"))?;
-        f.set_attribute(
-            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem_limit,
-        )
-        .map_err(|e| format!("kernel {n}: shared memory: {e:?}"))?;
-        functions.insert(name, f);
-    }
-    Ok((module, functions))
-}
+/// The page-locked buffer of a device for large copies (`transfer/stage.rs`), allocated on
+/// the first one.
+#[derive(Default)]
+pub(crate) struct Stage(pub(crate) Mutex<Option<PinnedHostSlice<u8>>>);
 
 /// A driver error as this crate's [`Error::Device`].
 pub(crate) fn driver(backend: &str, e: DriverError) -> Error {
@@ -287,48 +230,6 @@ pub(crate) fn gpu(ordinal: usize, backend: &str) -> Result<Arc<Gpu>> {
     })
 }
 
-/// The kernels compiled by NVRTC for a virtual architecture (`compute_90`, ...), as PTX the
-/// driver finishes for the device.
-pub(crate) fn compile(arch: &str) -> std::result::Result<Ptx, String> {
-    nvrtc(arch, SOURCES.concat(), "semicrf_streaming.cu", Vec::new())
-        .map_err(|e| format!("NVRTC could not compile the kernels: {e}"))
-}
-
-/// The kernels of `kernels/meet.cu` of label width `ct` and `p` steps a block
-/// ([`wide_kernels`]), as [`compile`].
-pub(crate) fn compile_wide(arch: &str, ct: usize, p: usize) -> std::result::Result<Ptx, String> {
-    let src = [SOURCES[0], SOURCES[3]].concat();
-    nvrtc(
-        arch,
-        src,
-        &format!("semicrf_meet_c{ct}_p{p}.cu"),
-        vec![format!("-DMT_CT={ct}"), format!("-DMT_P={p}")],
-    )
-    .map_err(|e| format!("NVRTC could not compile the kernels of width {ct}, {p} steps: {e}"))
-}
-
-/// `src` (named `name` in NVRTC's messages) compiled for `arch`, with the options `extra` and
-/// those of `SEMICRF_CUDA_NVRTC_FLAGS` (whitespace-separated; for profiling, `-lineinfo` maps
-/// Nsight Compute's samples to lines of `name`).
-fn nvrtc(
-    arch: &str,
-    src: String,
-    name: &str,
-    extra: Vec<String>,
-) -> std::result::Result<Ptx, String> {
-    let env = std::env::var("SEMICRF_CUDA_NVRTC_FLAGS").unwrap_or_default();
-    let opts = CompileOptions {
-        options: [format!("--gpu-architecture={arch}"), "-std=c++17".into()]
-            .into_iter()
-            .chain(extra)
-            .chain(env.split_whitespace().map(String::from))
-            .collect(),
-        name: Some(name.into()),
-        ..Default::default()
-    };
-    compile_ptx_with_opts(src, opts).map_err(|e| format!("{e:?}"))
-}
-
 /// Makes the device's default memory pool keep the memory that calls free (by default it
 /// returns it to the driver at every synchronisation, and the next call's allocations map it
 /// again: on an H100 at S6, 6.05 against 5.38 ms of a forward+backward by CUDA events); the
@@ -341,7 +242,7 @@ fn keep_freed_memory(ctx: &Arc<CudaContext>) -> std::result::Result<usize, Strin
     unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }
         .result()
         .map_err(|e| format!("default memory pool: {e:?}"))?;
-    if std::env::var("SEMICRF_CUDA_POOL").as_deref() != Ok("release") {
+    if tuning().keep_freed_memory {
         let mut keep = u64::MAX;
         // SAFETY: the release threshold is a u64, read from `keep`.
         unsafe {
@@ -380,13 +281,14 @@ fn open(ordinal: usize) -> Opened {
         .compute_capability()
         .map_err(|e| format!("compute capability: {e:?}"))?;
     let arch = format!("compute_{major}{minor}");
-    let ptx = compile(&arch)?;
+    let ptx = nvrtc::compile(Module::General, &arch)?;
     use cudarc::driver::sys::CUdevice_attribute;
     let smem_limit = ctx
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         .map_err(|e| format!("shared memory limit: {e:?}"))?
         .max(48 * 1024);
-    let (module, functions) = load(&ctx, ptx, KERNELS, smem_limit)?;
+    let names = Kernel::ALL.iter().map(|&k| (k, k.name().to_string()));
+    let (module, functions) = nvrtc::load(&ctx, ptx, names, smem_limit)?;
     let stream = ctx.default_stream();
     let pool = if ctx.has_async_alloc() {
         keep_freed_memory(&ctx)?
@@ -408,45 +310,4 @@ fn open(ordinal: usize) -> Opened {
         stage: Default::default(),
         pool,
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// NVRTC alone (no driver or GPU needed) compiles every kernel for the H100's and the
-    /// oldest supported architecture; skipped with the reason where NVRTC is missing.
-    #[test]
-    fn the_kernels_compile_with_nvrtc() {
-        // SAFETY: only tries to load the library by name.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            eprintln!("skipped: no NVRTC library (libnvrtc) on this machine");
-            return;
-        }
-        for arch in ["compute_75", "compute_90"] {
-            let ptx = match compile(arch) {
-                Ok(p) => p.to_src(),
-                Err(e) => panic!("{arch}: {e}"),
-            };
-            for k in KERNELS {
-                assert!(
-                    ptx.contains(&format!(".entry {k}(")),
-                    "{arch}: no kernel {k}"
-                );
-            }
-            for ct in crate::meet::WIDTHS {
-                let p = crate::meet::STEPS_WIDE;
-                let ptx = match compile_wide(arch, ct, p) {
-                    Ok(p) => p.to_src(),
-                    Err(e) => panic!("{arch}: {e}"),
-                };
-                for k in wide_kernels(ct) {
-                    assert!(
-                        ptx.contains(&format!(".entry {k}(")),
-                        "{arch}: no kernel {k}"
-                    );
-                }
-            }
-        }
-    }
 }

@@ -2,19 +2,17 @@
 //!
 //! A copy from ordinary (pageable) host memory goes through the driver's own small staging
 //! buffers, one after the other, at a fraction of the bus's speed. Here a copy of at least
-//! [`DIRECT_BELOW`] bytes runs in chunks through one page-locked buffer per device (kept
-//! for the life of the process, at most [`STAGE_BYTES`]): the bus moves one chunk while the
-//! host's threads (rayon) fill or empty another, and each chunk's slot is reused only after
-//! an event says its previous copy is done. `SEMICRF_CUDA_PINNED=0` in the environment sends
-//! every copy through pageable memory, for comparison, and `SEMICRF_CUDA_DIRECT_BELOW=N`
-//! moves the threshold to `N` bytes.
+//! [`crate::tuning::Tuning::direct_below`] bytes runs in chunks through one page-locked buffer per device
+//! (kept for the life of the process, at most [`STAGE_BYTES`]): the bus moves one chunk while
+//! the host's threads (rayon) fill or empty another, and each chunk's slot is reused only
+//! after an event says its previous copy is done.
 //!
-//! A backward pass's results, when they come to at most [`ONE_COPY_UPTO`] bytes in all
-//! (`SEMICRF_CUDA_ONE_COPY_UPTO=N` moves it; 0 turns it off), are copied into that buffer by
-//! copies enqueued right behind the kernels ([`Gpu::stage_all`]): the host waits once, for
-//! all of them, and the bus runs at the speed of page-locked memory.
+//! A backward pass's results, when they come to at most [`crate::tuning::Tuning::one_copy_upto`] bytes in
+//! all, are copied into that buffer by copies enqueued right behind the kernels
+//! ([`Gpu::stage_all`]): the host waits once, for all of them, and the bus runs at the speed
+//! of page-locked memory.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 
 use bytemuck::Pod;
 use cudarc::driver::sys::CUevent_flags;
@@ -22,47 +20,17 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaView, DeviceRepr, DriverError, Pi
 use rayon::prelude::*;
 
 use crate::device::Gpu;
-
-/// Copies smaller than this (bytes) go straight from and to pageable memory.
-pub(crate) const DIRECT_BELOW: usize = 2 << 20;
-
-/// The page-locked buffer's size (bytes) for a copy of at least that much.
-pub(crate) const STAGE_BYTES: usize = 32 << 20;
+use crate::tuning::{STAGE_BYTES, tuning};
 
 /// Bytes per chunk: a slot of the page-locked buffer.
 const CHUNK_BYTES: usize = 2 << 20;
 
-/// Results of at most this many bytes in all are copied back in one go ([`Gpu::stage_all`]).
-pub(crate) const ONE_COPY_UPTO: usize = 4 << 20;
-
 /// Elements per task of the host's threads.
 const TASK: usize = 1 << 15;
 
-/// A size in bytes from the environment variable `var`, else `default`; `None` where
-/// `SEMICRF_CUDA_PINNED=0` turns page-locked copies off.
-fn setting(var: &str, default: usize) -> Option<usize> {
-    if std::env::var("SEMICRF_CUDA_PINNED").as_deref() == Ok("0") {
-        return None;
-    }
-    let set = std::env::var(var).ok().and_then(|v| v.parse().ok());
-    Some(set.unwrap_or(default))
-}
-
 /// Whether a copy of `bytes` goes straight from or to pageable memory.
 pub(crate) fn direct(bytes: usize) -> bool {
-    static BELOW: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    bytes
-        < *BELOW.get_or_init(|| {
-            setting("SEMICRF_CUDA_DIRECT_BELOW", DIRECT_BELOW).unwrap_or(usize::MAX)
-        })
-}
-
-/// The most bytes of results [`Gpu::stage_all`] copies back in one go.
-fn one_copy_upto() -> usize {
-    static UPTO: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *UPTO.get_or_init(|| {
-        setting("SEMICRF_CUDA_ONE_COPY_UPTO", ONE_COPY_UPTO).map_or(0, |n| n.min(STAGE_BYTES))
-    })
+    bytes < tuning().direct_below
 }
 
 /// Device arrays on their way into the page-locked buffer, by copies enqueued on the stream
@@ -99,10 +67,6 @@ impl Drop for Staged<'_> {
         let _ = self.done.synchronize();
     }
 }
-
-/// The page-locked buffer of a device, allocated on the first large copy.
-#[derive(Default)]
-pub(crate) struct Stage(Mutex<Option<PinnedHostSlice<u8>>>);
 
 impl Gpu {
     /// The device array `src` into the host array `dst` (of the same length).
@@ -187,8 +151,8 @@ impl Gpu {
     }
 
     /// Copies of `srcs` into the page-locked buffer, enqueued on the stream (behind the
-    /// work enqueued before), or `None` where they come to more than [`ONE_COPY_UPTO`]
-    /// bytes.
+    /// work enqueued before), or `None` where they come to more than
+    /// [`crate::tuning::Tuning::one_copy_upto`] bytes.
     pub(crate) fn stage_all<'g>(
         &'g self,
         srcs: &[CudaView<'_, f64>],
@@ -196,7 +160,7 @@ impl Gpu {
         // Each array at a multiple of 256 bytes.
         let room = |n: usize| (8 * n).next_multiple_of(256);
         let bytes: usize = srcs.iter().map(|s| room(s.len())).sum();
-        if bytes > one_copy_upto() {
+        if bytes > tuning().one_copy_upto {
             return Ok(None);
         }
         let mut lock = self.stage.0.lock().unwrap_or_else(|p| p.into_inner());

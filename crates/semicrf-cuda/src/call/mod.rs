@@ -1,0 +1,224 @@
+//! One call of the streaming kernels: the problem's model and position tensors on the device
+//! (the inputs in two copies, `transfer::upload`), the addresses the kernels read, the launch
+//! plan of the teams, and the helpers every algorithm uses to allocate, address and read
+//! back its buffers.
+
+pub(crate) mod model;
+
+use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, ValidAsZeroBits};
+use ndarray::ArrayView3;
+use semicrf_core::{Error, Result, Scalar, Shape};
+
+pub(crate) use model::{Model, Source};
+
+use crate::device::{Gpu, driver};
+use crate::kernel::DevPtr;
+use crate::transfer::upload::{Input, Words};
+use crate::tuning::tuning;
+
+/// Lanes per team and threads per block for `K` and `C` (the log-domain and edge-form
+/// kernels): a team covers about half of the larger of the two loops (up to a warp), so each
+/// lane has about two items (`SEMICRF_CUDA_LANE_ITEMS`).
+pub(crate) fn team_plan(k: usize, c: usize) -> (usize, usize) {
+    team_plan_with(k, c, tuning().lane_items)
+}
+
+/// [`team_plan`] for a given number of items per lane.
+pub(crate) fn team_plan_with(k: usize, c: usize, items: usize) -> (usize, usize) {
+    let team = k.max(c).div_ceil(items).next_power_of_two().clamp(1, 32);
+    let teams = c.min(1024 / team).max(1);
+    let threads = (teams * team).div_ceil(32) * 32;
+    (team, threads)
+}
+
+/// One call's buffers on the device. The inputs travel in two copies: the scores and
+/// boundaries in the caller's precision, and every parameter (with the lengths and the
+/// upstream gradient) in one block of 8-byte words; the fields are device addresses inside
+/// them.
+pub(crate) struct StreamCall<'g> {
+    pub(crate) gpu: &'g Gpu,
+    pub(crate) backend: &'g str,
+    pub(crate) model: &'g Model,
+    pub(crate) shape: Shape,
+    pub(crate) dd: bool,
+    pub(crate) team: usize,
+    pub(crate) threads: usize,
+    /// Scores, then the boundaries given, in the caller's precision (`f32` stays `f32`).
+    pub(crate) inputs: Input,
+    pub(crate) sc: DevPtr,
+    /// 0 where not given.
+    pub(crate) bb: DevPtr,
+    pub(crate) eb: DevPtr,
+    /// The parameters' block (kept alive for the addresses below).
+    _words: CudaSlice<u64>,
+    pub(crate) tr: DevPtr,
+    pub(crate) dur: DevPtr,
+    pub(crate) st: DevPtr,
+    pub(crate) en: DevPtr,
+    pub(crate) len: DevPtr,
+    /// The upstream gradient of a backward pass (0 otherwise).
+    pub(crate) up: DevPtr,
+    /// The prepared parameters of the meet kernels (`meet::params`), when the log
+    /// semiring's static forward and backward may run there.
+    pub(crate) par: Option<DevPtr>,
+    /// Their threads per block.
+    pub(crate) meet_plan: Option<usize>,
+}
+
+impl<'g> StreamCall<'g> {
+    /// A call on `model` with its position tensors from `src` and `upstream` (a backward
+    /// pass's upstream gradient; empty otherwise) on the device, and where `meet` is given,
+    /// the meet kernels' threads a block and prepared parameters (`meet::params`).
+    pub(crate) fn new<F: Scalar>(
+        gpu: &'g Gpu,
+        backend: &'g str,
+        model: &'g Model,
+        src: Source<'_, '_, F>,
+        upstream: &[f64],
+        meet: Option<(usize, Vec<f64>)>,
+    ) -> Result<Self> {
+        let shape = model.shape;
+        let (k, c) = (shape.max_duration, shape.labels);
+        let dd = model.dd;
+        let (team, threads) = team_plan(k, c);
+        let (meet_plan, par) = match meet {
+            Some((threads, par)) => (Some(threads), Some(par)),
+            None => (None, None),
+        };
+        let mut w = Words::default();
+        let o_tr = w.f64s(model.tr.iter().copied());
+        let o_dur = w.f64s(model.dur.iter().copied());
+        let o_st = w.f64s(model.st.iter().copied());
+        let o_en = w.f64s(model.en.iter().copied());
+        let o_len = w.i64s(model.lengths.iter().map(|&l| l as i64));
+        let o_up = w.f64s(upstream.iter().copied());
+        let o_par = par.map(|v| w.f64s(v));
+        let words = gpu.upload(&w.0).map_err(|e| driver(backend, e))?;
+        let base = gpu.ptr(&words);
+        let at = |o: usize| base.words(o);
+        let (inputs, sc, bb, eb) = match src {
+            Source::Host(p) => {
+                let parts: Vec<&ArrayView3<'_, F>> = std::iter::once(p.scores())
+                    .chain(p.begin_boundary())
+                    .chain(p.end_boundary())
+                    .collect();
+                let inputs = Input::new(gpu, backend, &parts)?;
+                let (ib, n) = (inputs.ptr(gpu), p.scores().len());
+                let e = inputs.elem();
+                let (has_bb, has_eb) = (model.has_bb, model.has_eb);
+                let bb = if has_bb { ib.add(e * n) } else { DevPtr::NULL };
+                let eb = match (has_bb, has_eb) {
+                    (_, false) => DevPtr::NULL,
+                    (false, true) => ib.add(e * n),
+                    (true, true) => ib.add(2 * e * n),
+                };
+                (inputs, ib, bb, eb)
+            }
+            Source::Device { sc, bb, eb, f32 } => (
+                Input::Borrowed { f32 },
+                sc,
+                bb.unwrap_or(DevPtr::NULL),
+                eb.unwrap_or(DevPtr::NULL),
+            ),
+        };
+        Ok(StreamCall {
+            meet_plan: o_par.and(meet_plan),
+            par: o_par.map(at),
+            gpu,
+            backend,
+            model,
+            shape,
+            dd,
+            team,
+            threads,
+            sc,
+            bb,
+            eb,
+            inputs,
+            _words: words,
+            tr: at(o_tr),
+            dur: at(o_dur),
+            st: at(o_st),
+            en: at(o_en),
+            len: at(o_len),
+            up: if upstream.is_empty() {
+                DevPtr::NULL
+            } else {
+                at(o_up)
+            },
+        })
+    }
+
+    pub(crate) fn err(&self, e: cudarc::driver::DriverError) -> Error {
+        driver(self.backend, e)
+    }
+
+    /// A result array that could not be shaped (a bug) as this crate's error.
+    pub(crate) fn shape_err(&self, e: ndarray::ShapeError) -> Error {
+        Error::Device {
+            backend: self.backend.into(),
+            message: e.to_string(),
+        }
+    }
+
+    pub(crate) fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
+        self.gpu.zeros::<T>(n).map_err(|e| self.err(e))
+    }
+
+    pub(crate) fn ptr<T>(&self, s: &CudaSlice<T>) -> DevPtr {
+        self.gpu.ptr(s)
+    }
+
+    /// The address of an optional buffer, null where absent.
+    pub(crate) fn opt<T>(&self, s: &Option<CudaSlice<T>>) -> DevPtr {
+        s.as_ref().map_or(DevPtr::NULL, |s| self.ptr(s))
+    }
+
+    /// A device array (or a part of one, a `CudaView`) on the host.
+    pub(crate) fn back<T: DeviceRepr, S: DevicePtr<T>>(&self, s: &S) -> Result<Vec<T>> {
+        self.gpu.stream.clone_dtoh(s).map_err(|e| self.err(e))
+    }
+
+    /// A whole device array on the host, the large ones through page-locked memory.
+    pub(crate) fn back_all<T: bytemuck::Pod + DeviceRepr + Send + Sync>(
+        &self,
+        s: &CudaSlice<T>,
+    ) -> Result<Vec<T>> {
+        self.back_all_of(&s.slice(..))
+    }
+
+    /// [`StreamCall::back_all`] of a part of an array.
+    pub(crate) fn back_all_of<T: bytemuck::Pod + DeviceRepr + Send + Sync>(
+        &self,
+        s: &cudarc::driver::CudaView<'_, T>,
+    ) -> Result<Vec<T>> {
+        let mut v = vec![T::zeroed(); s.len()];
+        self.gpu.download(s, &mut v).map_err(|e| self.err(e))?;
+        Ok(v)
+    }
+
+    /// Whether the scores and boundaries are stored as `f32`.
+    pub(crate) fn f32in(&self) -> bool {
+        self.inputs.f32()
+    }
+
+    /// A list of sequences, on the host and on the device.
+    pub(crate) fn seq(&self, host: Vec<usize>) -> Result<Seq> {
+        if host.is_empty() {
+            return Ok(Seq { host, dev: None });
+        }
+        let v: Vec<i32> = host.iter().map(|&b| b as i32).collect();
+        let dev = self.gpu.upload(&v).map_err(|e| self.err(e))?;
+        Ok(Seq {
+            host,
+            dev: Some(dev),
+        })
+    }
+}
+
+/// Sequences to run a kernel on.
+pub(crate) struct Seq {
+    pub(crate) host: Vec<usize>,
+    /// `None` for an empty list.
+    pub(crate) dev: Option<CudaSlice<i32>>,
+}

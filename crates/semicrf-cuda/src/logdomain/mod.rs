@@ -1,0 +1,284 @@
+//! The host side of the log-domain streaming kernels (`kernels/streaming.cu`): every semiring,
+//! both forms of the transition, Viterbi's backpointers and the log semiring's backward, one
+//! thread block per sequence. The meet kernels' sequences given up are rerun here.
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use semicrf_core::{Error, Result};
+
+use crate::call::{Seq, StreamCall};
+use crate::kernel::{DevPtr, Kernel, SemiringId, StreamArgs};
+
+/// A kernel's use of shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Smem {
+    /// Positions staged at a time.
+    pub ch: usize,
+    /// Whether the rings fit in shared memory.
+    pub ring: bool,
+    /// Whether the backward's shared-parameter accumulators do too.
+    pub acc: bool,
+    /// Dynamic shared memory in bytes.
+    pub bytes: usize,
+}
+
+/// Which kernel a layout is for: `(header words, stages, ring words, accumulator words)` per
+/// `K`, `C`.
+fn parts(kernel: Kernel, k: usize, c: usize) -> (usize, usize, usize, usize) {
+    let kc = k * c;
+    match kernel {
+        Kernel::FwdStaticEnt => (2 * c, 3, 2 * kc, 0),
+        Kernel::FwdDdEnt => (2 * c, 3, 3 * kc, 0),
+        Kernel::BwdStaticLog => (2 * c, 5, kc, kc + c * c),
+        Kernel::BwdDdLog => (2 * c, 5, 2 * kc, kc + kc * c),
+        Kernel::FwdDdLog | Kernel::FwdDdMax => (2 * c, 3, 2 * kc, 0),
+        _ => (2 * c, 3, kc, 0),
+    }
+}
+
+/// The shared-memory layout of `kernel` for `K`, `C` within `limit` bytes: staged rows
+/// always, then the backward's accumulators, then the rings, each where it fits.
+///
+/// Accumulators before rings: each window item of the backward reads a ring entry but reads
+/// and writes an accumulator, so when only one of them fits, the accumulators gain more. On an
+/// H100 at S8 (1, 100000, 1000, 24), where only one fits, forward+backward took 2.38 s
+/// with the accumulators in shared memory and 4.70 s with the ring there.
+pub(crate) fn smem(kernel: Kernel, k: usize, c: usize, limit: usize) -> Smem {
+    let (header, stages, ring, acc) = parts(kernel, k, c);
+    let words = limit / 8;
+    let ch = (1024 / c.max(1)).clamp(1, 32);
+    let mut used = header + stages * ch * c;
+    let acc_fits = acc > 0 && used.saturating_add(acc) <= words;
+    if acc_fits {
+        used += acc;
+    }
+    let ring_fits = used.saturating_add(ring) <= words;
+    if ring_fits {
+        used += ring;
+    }
+    Smem {
+        ch,
+        ring: ring_fits,
+        acc: acc_fits,
+        bytes: used * 8,
+    }
+}
+
+impl StreamCall<'_> {
+    /// The argument block with the inputs filled in.
+    pub(crate) fn args(&self) -> StreamArgs {
+        let sh = self.shape;
+        StreamArgs {
+            sc: self.sc,
+            bb: self.bb,
+            eb: self.eb,
+            f32in: self.f32in() as i32,
+            tr: self.tr,
+            dur: self.dur,
+            st: self.st,
+            en: self.en,
+            len: self.len,
+            t: sh.len as i64,
+            k: sh.max_duration as i64,
+            c: sh.labels as i64,
+            team: self.team as i32,
+            ..StreamArgs::default()
+        }
+    }
+
+    pub(crate) fn launch(&self, kernel: Kernel, args: &StreamArgs) -> Result<()> {
+        self.launch_on(kernel, args, None)
+    }
+
+    /// Launches `kernel` on the sequences of `seq` (one block each), or on all of them.
+    pub(crate) fn launch_on(
+        &self,
+        kernel: Kernel,
+        args: &StreamArgs,
+        seq: Option<&Seq>,
+    ) -> Result<()> {
+        let sh = self.shape;
+        let m = smem(kernel, sh.max_duration, sh.labels, self.gpu.smem_limit);
+        let f = self.gpu.function(kernel);
+        if m.bytes > self.gpu.smem_limit {
+            return Err(Error::Unsupported {
+                backend: self.backend.into(),
+                what: format!(
+                    "{} labels: the kernel's {} bytes of shared memory exceed the device's {}",
+                    sh.labels, m.bytes, self.gpu.smem_limit
+                ),
+            });
+        }
+        let mut args = *args;
+        args.ch = m.ch as i32;
+        args.smem_ring = m.ring as i32;
+        args.smem_acc = m.acc as i32;
+        let blocks = match seq {
+            Some(q) => {
+                args.seq = self.opt(&q.dev);
+                q.host.len()
+            }
+            None => sh.batch,
+        };
+        if blocks == 0 {
+            return Ok(());
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (self.threads as u32, 1, 1),
+            shared_mem_bytes: m.bytes as u32,
+        };
+        let mut b = self.gpu.stream.launch_builder(f);
+        b.arg(&args);
+        // SAFETY: `args` matches the kernel's `struct Args`, every pointer in it is a live
+        // allocation of this call sized for the shape (or null where the kernel checks), and
+        // the grid has one block per sequence (of `seq`, whose entries are below the batch).
+        unsafe { b.launch(cfg) }.map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Runs a log-domain forward kernel on the sequences of `seq` (all of them for `None`).
+    /// `extra` fills the optional outputs (saved tables, backpointers); `out` is the result
+    /// buffer, allocated when `None`.
+    pub(crate) fn log_forward(
+        &self,
+        ring: SemiringId,
+        seq: Option<&Seq>,
+        out: Option<DevPtr>,
+        extra: impl Fn(&mut StreamArgs),
+    ) -> Result<LogForward> {
+        let sh = self.shape;
+        let n = sh.batch * sh.max_duration * sh.labels;
+        let ent = ring == SemiringId::Entropy;
+        let opt = |on: bool| -> Result<Option<CudaSlice<f64>>> {
+            if on {
+                Ok(Some(self.zeros::<f64>(n)?))
+            } else {
+                Ok(None)
+            }
+        };
+        let r1 = self.zeros::<f64>(n)?;
+        let r1h = opt(ent)?;
+        let r2 = opt(self.dd)?;
+        let r2h = opt(self.dd && ent)?;
+        let own = match out {
+            Some(_) => None,
+            None => Some(self.zeros::<f64>(2 * sh.batch)?),
+        };
+        let mut a = self.args();
+        a.ring = self.ptr(&r1);
+        a.ringh = self.opt(&r1h);
+        a.ring2 = self.opt(&r2);
+        a.ring2h = self.opt(&r2h);
+        a.out = match (out, &own) {
+            (Some(at), _) => at,
+            (None, Some(own)) => self.ptr(own),
+            (None, None) => unreachable!("an output buffer is allocated where none is given"),
+        };
+        extra(&mut a);
+        let kernel = match (self.dd, ring) {
+            (false, SemiringId::Log) => Kernel::FwdStaticLog,
+            (false, SemiringId::Max) => Kernel::FwdStaticMax,
+            (false, SemiringId::Entropy) => Kernel::FwdStaticEnt,
+            (true, SemiringId::Log) => Kernel::FwdDdLog,
+            (true, SemiringId::Max) => Kernel::FwdDdMax,
+            (true, SemiringId::Entropy) => Kernel::FwdDdEnt,
+        };
+        self.launch_on(kernel, &a, seq)?;
+        Ok(LogForward {
+            out: own,
+            _rings: [Some(r1), r1h, r2, r2h],
+        })
+    }
+}
+
+/// A log-domain forward pass's own result buffer (`(x, h)` per sequence) and its rings.
+pub(crate) struct LogForward {
+    pub(crate) out: Option<CudaSlice<f64>>,
+    _rings: [Option<CudaSlice<f64>>; 4],
+}
+
+/// One of the buffers a log-domain backward writes ([`LogGrads`]).
+pub(crate) fn part<'s>(
+    s: &'s Option<CudaSlice<f64>>,
+    call: &StreamCall<'_>,
+) -> Result<&'s CudaSlice<f64>> {
+    s.as_ref().ok_or_else(|| Error::Device {
+        backend: call.backend.into(),
+        message: "a buffer of the log-domain backward was not allocated".into(),
+    })
+}
+
+/// The log-domain backward's outputs: position, begin and end marginals, boundary
+/// marginals, per-sequence duration, transition, start and end marginals.
+pub(crate) struct LogGrads {
+    pub(crate) gsc: CudaSlice<f64>,
+    /// `None`: begin marginals are kept in `gsc` (the kernels' `bwd_tail`).
+    pub(crate) gbb: Option<CudaSlice<f64>>,
+    /// `None` where neither the end boundary nor a rerun needs it (as the next two where no
+    /// sequence of `kernels/meet.cu` is rerun).
+    pub(crate) geb: Option<CudaSlice<f64>>,
+    pub(crate) bmarg: CudaSlice<f64>,
+    pub(crate) pdur: Option<CudaSlice<f64>>,
+    pub(crate) ptr: Option<CudaSlice<f64>>,
+    /// Start and end marginals: addresses of `bn·c` values each (in `own` or in the
+    /// small outputs of `kernels/meet.cu`).
+    pub(crate) pst: DevPtr,
+    pub(crate) pen: DevPtr,
+    /// The start and end marginals' own buffers (a log-domain backward's).
+    pub(crate) own: Option<[CudaSlice<f64>; 2]>,
+}
+
+impl LogGrads {
+    /// The buffers of a log-domain backward of every sequence of `call`.
+    pub(crate) fn new(call: &StreamCall<'_>, gbb: bool) -> Result<LogGrads> {
+        let sh = call.shape;
+        let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
+        let btc = bn * t * c;
+        let ntr = if call.dd { k * c * c } else { c * c };
+        let z = |n: usize| call.zeros::<f64>(n);
+        let (pst, pen) = (z(bn * c)?, z(bn * c)?);
+        Ok(LogGrads {
+            gsc: z(btc)?,
+            gbb: if gbb { Some(z(btc)?) } else { None },
+            geb: Some(z(btc)?),
+            bmarg: z(bn * t)?,
+            pdur: Some(z(bn * k * c)?),
+            ptr: Some(z(bn * ntr)?),
+            pst: call.ptr(&pst),
+            pen: call.ptr(&pen),
+            own: Some([pst, pen]),
+        })
+    }
+
+    /// Fills the backward's arguments (the rings and `log_z` on the device are returned to
+    /// be kept alive until the launch is done).
+    pub(crate) fn fill(
+        &self,
+        call: &StreamCall<'_>,
+        a: &mut StreamArgs,
+        log_z: &[f64],
+        alpha: DevPtr,
+        u: DevPtr,
+    ) -> Result<[CudaSlice<f64>; 3]> {
+        let sh = call.shape;
+        let n = sh.batch * sh.max_duration * sh.labels;
+        let ring = call.zeros::<f64>(n)?;
+        let ring2 = call.zeros::<f64>(n)?;
+        let lz = call.gpu.upload(log_z).map_err(|e| call.err(e))?;
+        a.up = call.up;
+        a.lz = call.ptr(&lz);
+        a.ring = call.ptr(&ring);
+        a.ring2 = call.ptr(&ring2);
+        a.alpha = alpha;
+        a.u = u;
+        a.gsc = call.ptr(&self.gsc);
+        a.gbb = self.gbb.as_ref().map_or(a.gsc, |g| call.ptr(g));
+        a.geb = call.ptr(part(&self.geb, call)?);
+        a.bmarg = call.ptr(&self.bmarg);
+        a.pdur = call.ptr(part(&self.pdur, call)?);
+        a.ptr = call.ptr(part(&self.ptr, call)?);
+        a.pst = self.pst;
+        a.pen = self.pen;
+        Ok([ring, ring2, lz])
+    }
+}

@@ -1,0 +1,145 @@
+//! Every setting this crate takes from the environment, read once (on first use, for the
+//! life of the process) into one [`Tuning`]. `docs/configuration.md` at the repository's root
+//! lists each variable with its meaning, its default and when to touch it; a test there
+//! (`tests/configuration.rs`) fails when the code reads a `SEMICRF_*` name the page does not
+//! list.
+
+use std::sync::OnceLock;
+
+/// The settings of the environment (see `docs/configuration.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Tuning {
+    /// `SEMICRF_REQUIRE_GPU=1`: an unusable GPU is a panic in
+    /// [`crate::CudaEngine::usable_or_skip`], not a skip.
+    pub(crate) require_gpu: bool,
+    /// `SEMICRF_CUDA_FAST=0`: the general meet kernels for every label count, not those
+    /// compiled for a label width.
+    pub(crate) wide_kernels: bool,
+    /// `SEMICRF_CUDA_NVRTC_FLAGS`: extra options for NVRTC, whitespace-separated.
+    pub(crate) nvrtc_flags: Vec<String>,
+    /// `SEMICRF_CUDA_POOL=release`: the device's memory pool keeps the driver's default
+    /// (freed memory goes back at every synchronisation) instead of keeping it.
+    pub(crate) keep_freed_memory: bool,
+    /// Copies of this many bytes and more run through page-locked memory
+    /// (`SEMICRF_CUDA_DIRECT_BELOW`; `usize::MAX` where `SEMICRF_CUDA_PINNED=0`).
+    pub(crate) direct_below: usize,
+    /// A backward pass's results of at most this many bytes are staged in one go behind the
+    /// kernels (`SEMICRF_CUDA_ONE_COPY_UPTO`, at most the page-locked buffer; 0 where
+    /// `SEMICRF_CUDA_PINNED=0`).
+    pub(crate) one_copy_upto: usize,
+    /// Items per lane the log-domain kernels' plan aims at (`SEMICRF_CUDA_LANE_ITEMS`).
+    pub(crate) lane_items: usize,
+    /// Window terms per thread and block of steps the meet kernels' plan aims at
+    /// (`SEMICRF_CUDA_MEET_ITEMS`).
+    pub(crate) meet_items: usize,
+}
+
+/// Copies smaller than this (bytes) go straight from and to pageable memory.
+pub(crate) const DIRECT_BELOW: usize = 2 << 20;
+
+/// The page-locked buffer's size (bytes).
+pub(crate) const STAGE_BYTES: usize = 32 << 20;
+
+/// Results of at most this many bytes in all are copied back in one go.
+pub(crate) const ONE_COPY_UPTO: usize = 4 << 20;
+
+/// The default number of items per lane. Measured on an H100 (forward, S2-S7): 2 items per
+/// lane beat 4, 8, 16 and 32 (fewer butterfly levels do not pay for the longer per-lane work).
+pub(crate) const LANE_ITEMS: usize = 2;
+
+/// The default number of window terms per thread of the meet kernels (on an H100, 8 and 16
+/// beat 32 and 64 at S4-S6).
+pub(crate) const MEET_ITEMS: usize = 8;
+
+impl Tuning {
+    /// The settings `var` gives (a function from a variable's name to its value).
+    pub(crate) fn from(var: impl Fn(&str) -> Option<String>) -> Tuning {
+        let is = |name: &str, value: &str| var(name).as_deref() == Some(value);
+        let number = |name: &str| var(name).and_then(|v| v.parse::<usize>().ok());
+        let count =
+            |name: &str, default: usize| number(name).filter(|&n| n >= 1).unwrap_or(default);
+        let pinned = !is("SEMICRF_CUDA_PINNED", "0");
+        Tuning {
+            require_gpu: is("SEMICRF_REQUIRE_GPU", "1"),
+            wide_kernels: !is("SEMICRF_CUDA_FAST", "0"),
+            nvrtc_flags: var("SEMICRF_CUDA_NVRTC_FLAGS")
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+            keep_freed_memory: !is("SEMICRF_CUDA_POOL", "release"),
+            direct_below: if pinned {
+                number("SEMICRF_CUDA_DIRECT_BELOW").unwrap_or(DIRECT_BELOW)
+            } else {
+                usize::MAX
+            },
+            one_copy_upto: if pinned {
+                number("SEMICRF_CUDA_ONE_COPY_UPTO")
+                    .unwrap_or(ONE_COPY_UPTO)
+                    .min(STAGE_BYTES)
+            } else {
+                0
+            },
+            lane_items: count("SEMICRF_CUDA_LANE_ITEMS", LANE_ITEMS),
+            meet_items: count("SEMICRF_CUDA_MEET_ITEMS", MEET_ITEMS),
+        }
+    }
+}
+
+/// The process's settings, read from the environment on first use.
+pub(crate) fn tuning() -> &'static Tuning {
+    static TUNING: OnceLock<Tuning> = OnceLock::new();
+    TUNING.get_or_init(|| Tuning::from(|name| std::env::var(name).ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(pairs: &[(&str, &str)]) -> Tuning {
+        Tuning::from(|name| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn the_defaults_and_each_setting() {
+        let d = with(&[]);
+        assert_eq!(
+            d,
+            Tuning {
+                require_gpu: false,
+                wide_kernels: true,
+                nvrtc_flags: Vec::new(),
+                keep_freed_memory: true,
+                direct_below: DIRECT_BELOW,
+                one_copy_upto: ONE_COPY_UPTO,
+                lane_items: LANE_ITEMS,
+                meet_items: MEET_ITEMS,
+            }
+        );
+        let t = with(&[
+            ("SEMICRF_REQUIRE_GPU", "1"),
+            ("SEMICRF_CUDA_FAST", "0"),
+            ("SEMICRF_CUDA_NVRTC_FLAGS", " -lineinfo  -G "),
+            ("SEMICRF_CUDA_POOL", "release"),
+            ("SEMICRF_CUDA_DIRECT_BELOW", "1000"),
+            ("SEMICRF_CUDA_ONE_COPY_UPTO", "999999999999"),
+            ("SEMICRF_CUDA_LANE_ITEMS", "4"),
+            ("SEMICRF_CUDA_MEET_ITEMS", "0"),
+        ]);
+        assert!(t.require_gpu && !t.wide_kernels && !t.keep_freed_memory);
+        assert_eq!(t.nvrtc_flags, ["-lineinfo", "-G"]);
+        assert_eq!((t.direct_below, t.one_copy_upto), (1000, STAGE_BYTES));
+        // 0 items is no setting.
+        assert_eq!((t.lane_items, t.meet_items), (4, MEET_ITEMS));
+        let off = with(&[
+            ("SEMICRF_CUDA_PINNED", "0"),
+            ("SEMICRF_CUDA_DIRECT_BELOW", "1000"),
+        ]);
+        assert_eq!((off.direct_below, off.one_copy_upto), (usize::MAX, 0));
+    }
+}
