@@ -1,0 +1,517 @@
+//! The potentials of a sequence, computed from the weights, and their adjoint: the map from
+//! a gradient with respect to the potentials to the gradient with respect to the weights.
+//!
+//! The two are written by hand side by side: `for_scores` and `pull_back`'s content loop
+//! read the same contexts, and `for_boundaries` serves both. A unit test checks the adjoint
+//! against central finite differences of the potentials.
+
+use ndarray::{Array1, Array2, Array3, ArrayView2};
+use semicrf::Scalar;
+
+use crate::data::Strand;
+use crate::dna;
+use crate::labels::{C, ExonType, Label};
+
+use super::layout::{CODON_POSITIONS, HEXAMER_SLOTS, Model, TRIMER_SLOTS};
+use super::prepared::{Oriented, Prepared};
+use super::signals::{Signal, reading_begin, reading_end, signal_features};
+
+/// A forbidden potential.
+pub(super) const NEG: f64 = f64::NEG_INFINITY;
+
+/// The codon position of a stop codon's last base: a base there that ends a stop codon is
+/// forbidden to every exon label of that frame.
+const STOP_END: usize = CODON_POSITIONS - 1;
+
+/// The potentials of one sequence, batch of one, in element type `F`.
+pub struct Potentials<F> {
+    /// `(1, T, C)`.
+    pub scores: Array3<F>,
+    /// `(1, T, C)`.
+    pub begin_boundary: Array3<F>,
+    /// `(1, T, C)`.
+    pub end_boundary: Array3<F>,
+    /// `(C, C)`.
+    pub transition: Array2<F>,
+    /// `(K, C)`.
+    pub duration: Array2<F>,
+    /// `(C)`.
+    pub start: Array1<F>,
+    /// `(C)`.
+    pub end: Array1<F>,
+    /// `[T]`.
+    pub lengths: [usize; 1],
+}
+
+impl<F: Scalar> Potentials<F> {
+    /// The library's validated view of these tensors (`K` = `duration`'s first axis).
+    pub fn view(&self) -> Result<semicrf::Potentials<'_, F>, semicrf::Error> {
+        semicrf::Potentials::builder(self.scores.view(), &self.lengths, self.duration.nrows())
+            .transition(self.transition.view())
+            .duration(self.duration.view())
+            .start(self.start.view())
+            .end(self.end.view())
+            .begin_boundary(self.begin_boundary.view())
+            .end_boundary(self.end_boundary.view())
+            .build()
+    }
+}
+
+/// The engine every gene-model call runs on: streaming, one sequence per call on the
+/// calling thread (the callers spread sequences over threads themselves).
+pub fn engine(memory_budget: u64) -> semicrf::SemiCrf {
+    semicrf::SemiCrf::with_config(
+        semicrf::Config::new()
+            .backend(semicrf::Backend::Streaming)
+            .parallelism(semicrf::Parallelism::Sequential)
+            .memory_budget(memory_budget),
+    )
+}
+
+/// The frame, seen from the reverse complement of a sequence of `t` bases, of a minus-strand
+/// exon label of frame `f` (in the sequence's own coordinates).
+fn minus_frame(t: usize, f: usize) -> usize {
+    ((t - 1) % 3 + 3 - f) % 3
+}
+
+/// The codon position at base `t` (of the sequence) of an exon of frame `fr` on strand `s`.
+fn codon_position(s: Strand, t: usize, fr: usize) -> usize {
+    match s {
+        Strand::Plus => (t + 3 - fr) % 3,
+        Strand::Minus => (fr + 3 - t % 3) % 3,
+    }
+}
+
+/// Whether the base at `pos` of `o` (reading order) ends a stop codon.
+fn ends_stop(o: &Oriented, pos: usize) -> bool {
+    pos >= 2 && dna::is_stop(&o.x, pos - 2)
+}
+
+impl Model {
+    /// The content weights at base `i` of `o`: the hexamer table at `start6`, the trimer
+    /// table at `start3`.
+    fn content(&self, o: &Oriented, i: usize, start6: usize, start3: usize) -> f64 {
+        self.w[start6 + o.c6[i] as usize] + self.w[start3 + o.c3[i] as usize]
+    }
+
+    /// The score of a window of `s` at `anchor` of `x`.
+    fn signal(&self, s: Signal, x: &[u8], anchor: usize) -> f64 {
+        let off = self.layout.sig[s as usize];
+        let mut acc = 0.0;
+        signal_features(s, x, anchor, |n| acc += self.w[off + n]);
+        acc
+    }
+
+    /// Calls `f(t, c, value)` for every content score, `value` `-inf` for a forbidden one.
+    /// Its adjoint is the content loop of [`Model::pull_back`].
+    fn for_scores(&self, p: &Prepared, mut f: impl FnMut(usize, usize, f64)) {
+        let l = &self.layout;
+        let t_len = p.t;
+        for t in 0..t_len {
+            let i = t_len - 1 - t;
+            let ig =
+                self.content(&p.plus, t, l.ig6, l.ig3) + self.content(&p.minus, i, l.ig6, l.ig3);
+            f(t, Label::Intergenic.index(), ig);
+            f(t, Label::IntergenicMore.index(), ig);
+            for (s, o, pos) in [(Strand::Plus, &p.plus, t), (Strand::Minus, &p.minus, i)] {
+                let intr = self.content(o, pos, l.int6, l.int3);
+                for a in 0..3u8 {
+                    for b in 0..3u8 {
+                        f(t, Label::Intron(s, a, b).index(), intr);
+                    }
+                    f(t, Label::IntronMore(s, a).index(), intr);
+                }
+                let stop_ends_here = ends_stop(o, pos);
+                for fr in 0..3usize {
+                    let cp = codon_position(s, t, fr);
+                    let v = if cp == STOP_END && stop_ends_here {
+                        NEG
+                    } else {
+                        self.content(
+                            o,
+                            pos,
+                            l.cod6 + cp * HEXAMER_SLOTS,
+                            l.cod3 + cp * TRIMER_SLOTS,
+                        )
+                    };
+                    for ty in ExonType::ALL {
+                        f(t, Label::Exon(s, ty, fr as u8).index(), v);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls `f(t, c, begin, end, strand)` for every exon label's boundaries at base `t`, as
+    /// `(signal, anchor)` on that strand's reading order or `None` for `-inf`.
+    #[allow(clippy::type_complexity)]
+    fn for_boundaries(
+        &self,
+        p: &Prepared,
+        mut f: impl FnMut(usize, usize, Option<(Signal, usize)>, Option<(Signal, usize)>, Strand),
+    ) {
+        let t_len = p.t;
+        for t in 0..t_len {
+            let i = t_len - 1 - t;
+            for ty in ExonType::ALL {
+                for fr in 0..3usize {
+                    let c = Label::Exon(Strand::Plus, ty, fr as u8).index();
+                    let x = &p.plus.x;
+                    f(
+                        t,
+                        c,
+                        reading_begin(x, t, ty, fr),
+                        reading_end(x, t, ty, fr),
+                        Strand::Plus,
+                    );
+                    // A minus-strand exon begins (in `S`) where its reading ends.
+                    let c = Label::Exon(Strand::Minus, ty, fr as u8).index();
+                    let x = &p.minus.x;
+                    let g = minus_frame(t_len, fr);
+                    f(
+                        t,
+                        c,
+                        reading_end(x, i, ty, g),
+                        reading_begin(x, i, ty, g),
+                        Strand::Minus,
+                    );
+                }
+            }
+        }
+    }
+
+    /// The potentials of a prepared sequence.
+    pub fn potentials<F: Scalar>(&self, p: &Prepared) -> Potentials<F> {
+        let t_len = p.len();
+        let lift = F::from_f64_lossy;
+        let mut scores = Array3::<F>::zeros((1, t_len, C));
+        self.for_scores(p, |t, c, v| scores[[0, t, c]] = lift(v));
+        let mut bb = Array3::<F>::zeros((1, t_len, C));
+        let mut eb = Array3::<F>::zeros((1, t_len, C));
+        self.for_boundaries(p, |t, c, b, e, s| {
+            let x = &p.strand(s).x;
+            bb[[0, t, c]] = lift(b.map_or(NEG, |(sig, a)| self.signal(sig, x, a)));
+            eb[[0, t, c]] = lift(e.map_or(NEG, |(sig, a)| self.signal(sig, x, a)));
+        });
+        let l = &self.layout;
+        let transition = Array2::from_shape_fn((C, C), |(i, j)| {
+            lift(l.transition_param(i, j).map_or(NEG, |n| self.w[n]))
+        });
+        let duration = Array2::from_shape_fn((l.k, C), |(d, c)| {
+            lift(
+                l.duration_param(Label::of(c), d + 1)
+                    .map_or(NEG, |n| self.w[n]),
+            )
+        });
+        // Every sequence begins with an intergenic first piece and ends with intergenic
+        // sequence.
+        let start = Array1::from_shape_fn(C, |c| {
+            lift(if c == Label::Intergenic.index() {
+                0.0
+            } else {
+                NEG
+            })
+        });
+        let end = Array1::from_shape_fn(C, |c| {
+            lift(match Label::of(c) {
+                Label::Intergenic | Label::IntergenicMore => 0.0,
+                _ => NEG,
+            })
+        });
+        Potentials {
+            scores,
+            begin_boundary: bb,
+            end_boundary: eb,
+            transition,
+            duration,
+            start,
+            end,
+            lengths: [t_len],
+        }
+    }
+
+    /// Adds to `out` the gradient of a loss with respect to the weights, given its gradient
+    /// with respect to the potentials (`(T, C)` for content and boundaries; `(C, C)`
+    /// transition; `(K, C)` duration). Entries at `-inf` boundary, transition and duration
+    /// potentials are ignored; at a `-inf` content score (a base that ends an in-frame stop
+    /// codon) the entry is added like any other, so it should be zero there (the engine's
+    /// gradient is, up to rounding).
+    pub fn pull_back(
+        &self,
+        p: &Prepared,
+        d_scores: ArrayView2<'_, f64>,
+        d_begin: ArrayView2<'_, f64>,
+        d_end: ArrayView2<'_, f64>,
+        d_tr: ArrayView2<'_, f64>,
+        d_dur: ArrayView2<'_, f64>,
+        out: &mut [f64],
+    ) {
+        let l = &self.layout;
+        let t_len = p.t;
+        for t in 0..t_len {
+            let i = t_len - 1 - t;
+            let row = d_scores.row(t);
+            let g = row[Label::Intergenic.index()] + row[Label::IntergenicMore.index()];
+            if g != 0.0 {
+                out[l.ig6 + p.plus.c6[t] as usize] += g;
+                out[l.ig3 + p.plus.c3[t] as usize] += g;
+                out[l.ig6 + p.minus.c6[i] as usize] += g;
+                out[l.ig3 + p.minus.c3[i] as usize] += g;
+            }
+            for (s, o, pos) in [(Strand::Plus, &p.plus, t), (Strand::Minus, &p.minus, i)] {
+                let mut g = 0.0;
+                for a in 0..3u8 {
+                    for b in 0..3u8 {
+                        g += row[Label::Intron(s, a, b).index()];
+                    }
+                    g += row[Label::IntronMore(s, a).index()];
+                }
+                if g != 0.0 {
+                    out[l.int6 + o.c6[pos] as usize] += g;
+                    out[l.int3 + o.c3[pos] as usize] += g;
+                }
+                for fr in 0..3usize {
+                    let cp = codon_position(s, t, fr);
+                    let g: f64 = ExonType::ALL
+                        .iter()
+                        .map(|&ty| row[Label::Exon(s, ty, fr as u8).index()])
+                        .sum();
+                    if g != 0.0 && g.is_finite() {
+                        out[l.cod6 + cp * HEXAMER_SLOTS + o.c6[pos] as usize] += g;
+                        out[l.cod3 + cp * TRIMER_SLOTS + o.c3[pos] as usize] += g;
+                    }
+                }
+            }
+        }
+        self.for_boundaries(p, |t, c, b, e, s| {
+            let x = &p.strand(s).x;
+            for (sig, g) in [(b, d_begin[[t, c]]), (e, d_end[[t, c]])] {
+                if let Some((sig, a)) = sig
+                    && g != 0.0
+                {
+                    let off = l.sig[sig as usize];
+                    signal_features(sig, x, a, |n| out[off + n] += g);
+                }
+            }
+        });
+        for i in 0..C {
+            for j in 0..C {
+                if let Some(n) = l.transition_param(i, j) {
+                    out[n] += d_tr[[i, j]];
+                }
+            }
+        }
+        for c in 0..C {
+            let lab = Label::of(c);
+            for d in 1..=l.k {
+                if let Some(n) = l.duration_param(lab, d) {
+                    out[n] += d_dur[[d - 1, c]];
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::Array2;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::labels::PIECE;
+
+    /// Random bases with about one `N` in fifty: every signal's consensus occurs many times
+    /// on both strands, and unknown contexts occur too.
+    fn sequence(rng: &mut ChaCha8Rng, t: usize) -> Vec<u8> {
+        (0..t)
+            .map(|_| {
+                if rng.random_bool(0.02) {
+                    dna::OTHER
+                } else {
+                    rng.random_range(0..4)
+                }
+            })
+            .collect()
+    }
+
+    fn uniform(rng: &mut ChaCha8Rng, shape: (usize, usize)) -> Array2<f64> {
+        Array2::from_shape_simple_fn(shape, || rng.random_range(-1.0..1.0))
+    }
+
+    /// Every potential of `p` as `(tensor, its upstream gradient)` pairs, flattened.
+    fn pairs(p: &Potentials<f64>, g: &[Array2<f64>; 5]) -> Vec<(f64, f64)> {
+        let parts = [
+            p.scores.as_slice(),
+            p.begin_boundary.as_slice(),
+            p.end_boundary.as_slice(),
+            p.transition.as_slice(),
+            p.duration.as_slice(),
+        ];
+        parts
+            .into_iter()
+            .zip(g)
+            .flat_map(|(v, g)| {
+                let v = v.expect("potentials in standard layout");
+                assert_eq!(v.len(), g.len());
+                v.iter().copied().zip(g.iter().copied())
+            })
+            .collect()
+    }
+
+    /// `<g, (P(w + h e_i) - P(w - h e_i)) / 2h>` over the finite potentials (a `-inf` one is
+    /// `-inf` whatever the weights).
+    fn central_difference(
+        model: &Model,
+        p: &Prepared,
+        g: &[Array2<f64>; 5],
+        i: usize,
+        h: f64,
+    ) -> f64 {
+        let mut m = model.clone();
+        m.w[i] = model.w[i] + h;
+        let up = m.potentials::<f64>(p);
+        m.w[i] = model.w[i] - h;
+        let down = m.potentials::<f64>(p);
+        let (up, down) = (pairs(&up, g), pairs(&down, g));
+        let mut sum = 0.0;
+        for (&(u, g), &(d, _)) in up.iter().zip(&down) {
+            assert_eq!(
+                u.is_finite(),
+                d.is_finite(),
+                "weight {i} moved a -inf potential"
+            );
+            if u.is_finite() {
+                sum += g * (u - d);
+            }
+        }
+        sum / (2.0 * h)
+    }
+
+    #[test]
+    fn the_adjoint_matches_central_differences_of_the_potentials_in_every_table() {
+        let mut rng = ChaCha8Rng::seed_from_u64(25);
+        let t_len = 400;
+        // Longer than a continuation piece, so that continuation durations are allowed.
+        let k = PIECE + 30;
+        let mut model = Model::new(k);
+        for w in model.w.iter_mut() {
+            *w = rng.random_range(-1.0..1.0);
+        }
+        let p = Prepared::new(&sequence(&mut rng, t_len));
+        // Random upstream gradients, `-inf` potentials included, except the content scores
+        // that are `-inf` (the adjoint expects zero there).
+        let mut d_scores = uniform(&mut rng, (t_len, C));
+        let forbidden = model.potentials::<f64>(&p).scores;
+        d_scores.zip_mut_with(&forbidden.slice(ndarray::s![0, .., ..]), |g, &v| {
+            if v == NEG {
+                *g = 0.0;
+            }
+        });
+        let g = [
+            d_scores,
+            uniform(&mut rng, (t_len, C)),
+            uniform(&mut rng, (t_len, C)),
+            uniform(&mut rng, (C, C)),
+            uniform(&mut rng, (k, C)),
+        ];
+        let mut adjoint = vec![0.0; model.layout.total];
+        model.pull_back(
+            &p,
+            g[0].view(),
+            g[1].view(),
+            g[2].view(),
+            g[3].view(),
+            g[4].view(),
+            &mut adjoint,
+        );
+        // The potentials are linear in the weights, so the central difference is exact up
+        // to rounding at any step; a step of 1/4 keeps the rounding small.
+        let h = 0.25;
+        for (name, start, len) in model.layout.tables() {
+            // In a k-mer table, the contexts the sequence holds (most codes do not occur), its
+            // unknown slot and two random codes; elsewhere every weight or a random dozen.
+            let mut sample: Vec<usize> = if len == HEXAMER_SLOTS || len == TRIMER_SLOTS {
+                let mut s: Vec<usize> = (0..6)
+                    .map(|_| {
+                        let o = [&p.plus, &p.minus][rng.random_range(0..2)];
+                        let at = rng.random_range(0..t_len);
+                        (if len == HEXAMER_SLOTS {
+                            o.c6[at]
+                        } else {
+                            o.c3[at]
+                        }) as usize
+                    })
+                    .collect();
+                s.push(len - 1);
+                s.extend((0..2).map(|_| rng.random_range(0..len)));
+                s
+            } else if len <= 12 {
+                (0..len).collect()
+            } else {
+                (0..12).map(|_| rng.random_range(0..len)).collect()
+            };
+            sample.sort_unstable();
+            sample.dedup();
+            let mut moved = 0;
+            for o in sample {
+                let i = start + o;
+                let fd = central_difference(&model, &p, &g, i, h);
+                assert!(
+                    (fd - adjoint[i]).abs() <= 1e-9 * (1.0 + fd.abs()),
+                    "{name}, weight {o} (index {i}): adjoint {} vs central difference {fd}",
+                    adjoint[i]
+                );
+                moved += usize::from(fd != 0.0);
+            }
+            assert!(moved > 0, "{name}: no sampled weight moves a potential");
+        }
+    }
+
+    #[test]
+    fn content_scores_are_minus_inf_exactly_at_the_last_base_of_every_in_frame_stop_codon() {
+        let mut rng = ChaCha8Rng::seed_from_u64(26);
+        let t_len = 600;
+        let x = sequence(&mut rng, t_len);
+        let model = Model::new(PIECE + 30);
+        let scores = model.potentials::<f64>(&Prepared::new(&x)).scores;
+        // Translated by hand: a plus-strand exon of frame `f` reads codons from the bases
+        // `p ≡ f (mod 3)`, and a stop codon `TAA`, `TAG` or `TGA` there forbids its last base
+        // `p + 2`; a minus-strand exon of frame `f` reads codons whose leftmost base is
+        // `p ≡ f + 1 (mod 3)` (its last base in reading order), and there the stop codon
+        // reads `TTA`, `CTA` or `TCA` from the left.
+        let (plus_stops, minus_stops) = (["TAA", "TAG", "TGA"], ["TTA", "CTA", "TCA"]);
+        let mut expected = vec![false; t_len * C];
+        for p in 0..t_len - 2 {
+            let codon: String = x[p..p + 3]
+                .iter()
+                .map(|&b| dna::LETTERS[b as usize] as char)
+                .collect();
+            for ty in ExonType::ALL {
+                if plus_stops.contains(&codon.as_str()) {
+                    let c = Label::Exon(Strand::Plus, ty, (p % 3) as u8).index();
+                    expected[(p + 2) * C + c] = true;
+                }
+                if minus_stops.contains(&codon.as_str()) {
+                    let c = Label::Exon(Strand::Minus, ty, ((p + 2) % 3) as u8).index();
+                    expected[p * C + c] = true;
+                }
+            }
+        }
+        let mut forbidden = 0;
+        for t in 0..t_len {
+            for c in 0..C {
+                let v = scores[[0, t, c]];
+                assert_eq!(
+                    v == NEG,
+                    expected[t * C + c],
+                    "base {t}, label {}",
+                    Label::of(c).name()
+                );
+                assert!(v == NEG || v.is_finite());
+                forbidden += usize::from(v == NEG);
+            }
+        }
+        assert!(forbidden > 100, "{forbidden} forbidden scores");
+    }
+}
