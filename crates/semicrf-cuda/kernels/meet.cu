@@ -251,8 +251,8 @@ __device__ void meet_b(const MArgs& a) {
 // MT_CT = 8, 16 or 32 defined, those with phase 2 compiled for that width (suffix _cN;
 // `mt_fast`), whose rows are padded to it. MT_ALL defines them all. Each module is compiled
 // for one MT_P (steps a block: 8 for the general kernels, 8 or 16 for the others).
-#ifndef MT_LB  // the most threads a block (`max_threads` of src/meet/plan.rs), from the host
-#error "MT_LB is defined by the host (src/meet/plan.rs: max_threads)"
+#ifndef MT_LB  // the most threads a block (`max_threads` of src/kernel/mod.rs), from the host
+#error "MT_LB is defined by the host (src/kernel/mod.rs: max_threads)"
 #endif
 #define MT_K extern "C" __global__ void __launch_bounds__(MT_LB)
 #define MT_KERNELS(N, CT)                                                 \

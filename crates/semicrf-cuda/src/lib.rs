@@ -176,11 +176,11 @@ mod transfer;
 mod tuning;
 
 pub use cudarc;
-#[cfg(doc)]
-use semicrf_core::{Algorithm, Engine, EngineInfo, Error};
 pub use device::MemoryUse;
 pub use engine::CudaEngine;
 pub use resident::{DeviceArray, DeviceBackward, DevicePotentials, DevicePotentialsBuilder, Dtype};
+#[cfg(doc)]
+use semicrf_core::{Algorithm, Engine, EngineInfo, Error};
 
 #[cfg(test)]
 mod layering;
