@@ -6,7 +6,7 @@
 //! ```
 
 use semicrf::ndarray::{Array3, array};
-use semicrf::{Op, Potentials, Problem, Segment, SemiCrf};
+use semicrf::{Op, Potentials, Segment, SemiCrf};
 
 fn main() -> Result<(), semicrf::Error> {
     // Two sequences (the second one shorter), 3 labels, segments of 1 to 4 positions.
@@ -34,21 +34,20 @@ fn main() -> Result<(), semicrf::Error> {
         [0.0, 0.5, -1.0]
     ];
     let lengths = [8, 6];
-    let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 4)
+    let potentials = Potentials::builder(scores.view(), &lengths, 4)
         .transition(transition.view())
         .duration(duration.view())
-        .build()?
-        .into();
+        .build()?;
 
     let crf = SemiCrf::new();
-    let selection = crf.select(&problem, Op::Backward)?;
+    let selection = crf.select(&potentials, Op::Backward)?;
     println!("backend: {}/{}", selection.device, selection.algorithm);
     println!("reason:  {}", selection.reason);
 
-    let log_z = crf.log_partition(&problem)?;
-    let best = crf.viterbi(&problem)?;
-    let entropy = crf.entropy(&problem)?;
-    let marginals = crf.marginals(&problem)?;
+    let log_z = crf.log_partition(&potentials)?;
+    let best = crf.viterbi(&potentials)?;
+    let entropy = crf.entropy(&potentials)?;
+    let marginals = crf.marginals(&potentials)?;
     for (b, &len) in lengths.iter().enumerate() {
         println!("\nsequence {b} (length {len})");
         println!("  log Z         = {:.6}", log_z[b]);
@@ -75,7 +74,7 @@ fn main() -> Result<(), semicrf::Error> {
         }
     }
     let gold: Vec<Vec<Segment>> = best.iter().map(|d| d.segments.clone()).collect();
-    let nll = crf.nll(&problem, &gold)?;
+    let nll = crf.nll(&potentials, &gold)?;
     println!("\nNLL of the Viterbi segmentations: {nll:.6?}");
     Ok(())
 }

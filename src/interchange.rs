@@ -1,5 +1,5 @@
 //! The JSON interchange format ([`model`](crate::model) §10): problems in, results out
-//! (feature `json`, part of `cli`).
+//! (feature `json`; the `semicrf` command-line tool of the `semicrf-cli` package uses it).
 //!
 //! Reading is strict: unknown keys, ragged arrays, non-numeric entries and malformed
 //! `lengths` / `max_duration` are errors naming the key, tensor and index. Values may be JSON

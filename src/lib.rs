@@ -15,13 +15,12 @@
 //! - You need training loops, feature extraction or automatic differentiation through a
 //!   larger model: semicrf computes log Z and its exact gradients with respect to the
 //!   potentials; plug those into your own optimiser or autodiff framework.
-//! - You need the exact or scan algorithm (edge input) on a GPU: only streaming runs on CUDA.
 //!
 //! # Example
 //!
 //! ```
 //! use semicrf::ndarray::{array, Array3};
-//! use semicrf::{Potentials, Problem, SemiCrf, Segment};
+//! use semicrf::{Potentials, SemiCrf, Segment};
 //!
 //! // One sequence of 4 positions, 2 labels, segments of at most 3 positions.
 //! let scores = Array3::from_shape_vec(
@@ -30,24 +29,23 @@
 //! )?;
 //! let transition = array![[-1.0, 0.5], [0.5, -1.0]];
 //! let lengths = [4];
-//! let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 3)
+//! let potentials = Potentials::builder(scores.view(), &lengths, 3)
 //!     .transition(transition.view())
-//!     .build()?
-//!     .into();
+//!     .build()?;
 //!
 //! let crf = SemiCrf::new();
-//! let log_z = crf.log_partition(&problem)?;
-//! let best = crf.viterbi(&problem)?;
+//! let log_z = crf.log_partition(&potentials)?;
+//! let best = crf.viterbi(&potentials)?;
 //! assert_eq!(best[0].segments, [Segment::new(0, 2, 0), Segment::new(2, 2, 1)]);
 //! assert!(best[0].score <= log_z[0]);
 //!
 //! // P(position t has label c), and P(a segment starts at t).
-//! let m = crf.marginals(&problem)?;
+//! let m = crf.marginals(&potentials)?;
 //! assert!((m.position[[0, 1, 0]] + m.position[[0, 1, 1]] - 1.0).abs() < 1e-12);
 //! assert!((m.boundary[[0, 0]] - 1.0).abs() < 1e-12); // a segment always starts at 0
 //!
 //! // Negative log-likelihood of a gold segmentation: log Z - its score, never negative.
-//! let nll = crf.nll(&problem, &[best[0].segments.clone()])?;
+//! let nll = crf.nll(&potentials, &[best[0].segments.clone()])?;
 //! assert!(nll[0] >= 0.0);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -97,19 +95,25 @@
 //! # Crate features
 //!
 //! - `cpu` (default): the CPU engines of `semicrf-cpu` (rayon).
-//! - `cuda`: the CUDA streaming engine of `semicrf-cuda` for [`Device::Cuda`] (kernels
-//!   compiled by NVRTC at first use; a machine without a CUDA driver gets
-//!   [`Error::BackendUnavailable`] with the reason). Without this feature a CUDA device
-//!   reports [`Error::BackendUnavailable`] saying so. The crate itself is re-exported as
-//!   `semicrf::cuda`, for what only a GPU has: potentials already in device memory
-//!   (`cuda::DevicePotentials`), CUDA-event timing, device memory measurement.
-//! - `cli` (default): the `semicrf` command-line tool (`semicrf eval --input problem.json`),
-//!   which reads and writes the JSON interchange format of the specification.
-//! - `json` (part of `cli`): [`interchange`], the reader and writer of that format.
+//! - `cuda`: the CUDA engines of `semicrf-cuda` for [`Device::Cuda`], all three algorithms:
+//!   streaming for structured potentials, exact and scan for either form (edge-form kernels;
+//!   structured input is materialised to edges on the host first, so for structured
+//!   potentials [`Backend::Auto`] prefers streaming there too). Kernels are compiled by NVRTC
+//!   at first use; a machine without a CUDA driver gets [`Error::BackendUnavailable`] with
+//!   the reason, and so does a CUDA device in a build without this feature. The crate itself
+//!   is re-exported as `semicrf::cuda`, for what only a GPU has: potentials already in device
+//!   memory (`cuda::DevicePotentials`), CUDA-event timing, device memory measurement.
+//! - `json`: [`interchange`], the reader and writer of the JSON interchange format of the
+//!   specification (adds `serde_json`).
+//!
+//! The `semicrf` command-line tool (`semicrf eval --input problem.json`), which reads and
+//! writes that format, is the separate package `semicrf-cli`, so that a library user does not
+//! build its argument parser.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod any_engine;
+mod as_problem;
 mod config;
 #[cfg(feature = "json")]
 pub mod interchange;
@@ -118,6 +122,7 @@ use ndarray::{Array2, Array3, Array5};
 
 pub use any_engine::AnyEngine;
 use any_engine::cpu_threads;
+pub use as_problem::AsProblem;
 pub use config::{Backend, Config};
 
 pub use ndarray;
@@ -127,7 +132,8 @@ pub use semicrf_core::{
     OwnedPotentials, Parallelism, Potentials, PotentialsBuilder, Problem, Query, Result, Scalar,
     Segment, Selection, Semiring, SemiringInfo, Shape, Transition, entropies, gold_score,
     gold_score_edges, human_bytes, labels_from_segments, materialize, model,
-    position_marginals_from_edges, segments_from_labels, validate_segmentation,
+    position_marginals_from_edges, pull_back, segments_from_labels, select, trace_back,
+    validate_segmentation,
 };
 pub use semicrf_core::{range, reference};
 /// The CUDA engines and what only they offer (see the `cuda` feature).
@@ -154,19 +160,20 @@ pub struct Marginals {
 
 /// A configured semi-CRF: the one entry point of the library.
 ///
-/// Every method takes a validated [`Problem`] (structured [`Potentials`] or
-/// [`EdgePotentials`], `f32` or `f64`), picks an engine for the operation as configured
-/// ([`SemiCrf::select`]) and returns `f64` results.
+/// Every method takes validated potentials ([`Potentials`], [`EdgePotentials`], or a
+/// [`Problem`] holding either: see [`AsProblem`]; `f32` or `f64`, every tensor of one problem
+/// of the same type), picks an engine for the operation as configured ([`SemiCrf::select`])
+/// and returns `f64` results.
 ///
 /// ```
 /// use semicrf::ndarray::Array3;
-/// use semicrf::{Backend, Config, Potentials, Problem, SemiCrf};
+/// use semicrf::{Backend, Config, Potentials, SemiCrf};
 ///
 /// let scores = Array3::<f32>::zeros((2, 6, 3));
 /// let lengths = [6, 4];
-/// let problem: Problem<f32> = Potentials::builder(scores.view(), &lengths, 4).build()?.into();
+/// let potentials = Potentials::builder(scores.view(), &lengths, 4).build()?;
 /// let crf = SemiCrf::with_config(Config::new().backend(Backend::Exact));
-/// let log_z = crf.log_partition(&problem)?;
+/// let log_z = crf.log_partition(&potentials)?;
 /// assert!(log_z[0] > log_z[1]); // more positions, more segmentations
 /// # Ok::<(), semicrf::Error>(())
 /// ```
@@ -221,20 +228,24 @@ impl SemiCrf {
     ///
     /// ```
     /// use semicrf::ndarray::Array3;
-    /// use semicrf::{Config, Error, Op, Potentials, Problem, SemiCrf};
+    /// use semicrf::{Config, Error, Op, Potentials, SemiCrf};
     ///
     /// let scores = Array3::<f64>::zeros((1, 100, 4));
     /// let lengths = [100];
-    /// let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 10).build()?.into();
-    /// let selection = SemiCrf::new().select(&problem, Op::Backward)?;
+    /// let potentials = Potentials::builder(scores.view(), &lengths, 10).build()?;
+    /// let selection = SemiCrf::new().select(&potentials, Op::Backward)?;
     /// println!("{}/{}: {}", selection.device, selection.algorithm, selection.reason);
     ///
     /// let tiny = SemiCrf::with_config(Config::new().memory_budget(16));
-    /// assert!(matches!(tiny.select(&problem, Op::Backward), Err(Error::MemoryBudget { .. })));
+    /// assert!(matches!(tiny.select(&potentials, Op::Backward), Err(Error::MemoryBudget { .. })));
     /// # Ok::<(), semicrf::Error>(())
     /// ```
-    pub fn select<F: Scalar>(&self, problem: &Problem<'_, F>, op: Op) -> Result<Selection> {
-        self.choose(problem, op).map(|(s, _)| s)
+    pub fn select<'a, F: Scalar>(
+        &self,
+        problem: &impl AsProblem<'a, F>,
+        op: Op,
+    ) -> Result<Selection> {
+        self.choose(&problem.as_problem(), op).map(|(s, _)| s)
     }
 
     // Without any backend `AnyEngine` has no values: what follows the candidate's removal
@@ -268,24 +279,28 @@ impl SemiCrf {
     ///
     /// ```
     /// use semicrf::ndarray::Array3;
-    /// use semicrf::{MaxSemiring, Potentials, Problem, SemiCrf};
+    /// use semicrf::{MaxSemiring, Potentials, SemiCrf};
     ///
     /// let scores = Array3::<f64>::from_shape_vec((1, 2, 2), vec![1.0, 0.0, 0.0, 3.0])?;
     /// let lengths = [2];
-    /// let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 2).build()?.into();
-    /// assert_eq!(SemiCrf::new().forward::<MaxSemiring, _>(&problem)?, [4.0]);
+    /// let potentials = Potentials::builder(scores.view(), &lengths, 2).build()?;
+    /// assert_eq!(SemiCrf::new().forward::<MaxSemiring, _>(&potentials)?, [4.0]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn forward<S: Semiring, F: Scalar>(
+    pub fn forward<'a, S: Semiring, F: Scalar>(
         &self,
-        problem: &Problem<'_, F>,
+        problem: &impl AsProblem<'a, F>,
     ) -> Result<Vec<S::Value>> {
-        let (_, engine) = self.choose(problem, Op::forward::<S>())?;
-        engine.forward::<S>(problem)
+        let problem = problem.as_problem();
+        let (_, engine) = self.choose(&*problem, Op::forward::<S>())?;
+        engine.forward::<S>(&*problem)
     }
 
     /// `log Z_b` of every sequence, `(B)`; `-inf` where no segmentation has a finite score.
-    pub fn log_partition<F: Scalar>(&self, problem: &Problem<'_, F>) -> Result<Vec<f64>> {
+    pub fn log_partition<'a, F: Scalar>(
+        &self,
+        problem: &impl AsProblem<'a, F>,
+    ) -> Result<Vec<f64>> {
         self.forward::<LogSemiring, F>(problem)
     }
 
@@ -299,26 +314,27 @@ impl SemiCrf {
     ///
     /// ```
     /// use semicrf::ndarray::Array3;
-    /// use semicrf::{Potentials, Problem, SemiCrf};
+    /// use semicrf::{Potentials, SemiCrf};
     ///
     /// // 3 positions, 2 labels, durations up to 3, all scores equal: 18 segmentations.
     /// let scores = Array3::<f64>::zeros((1, 3, 2));
     /// let lengths = [3];
-    /// let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 3).build()?.into();
-    /// let h = SemiCrf::new().entropy(&problem)?;
+    /// let potentials = Potentials::builder(scores.view(), &lengths, 3).build()?;
+    /// let h = SemiCrf::new().entropy(&potentials)?;
     /// assert!((h[0] - 18f64.ln()).abs() < 1e-12);
     /// # Ok::<(), semicrf::Error>(())
     /// ```
-    pub fn entropy<F: Scalar>(&self, problem: &Problem<'_, F>) -> Result<Vec<f64>> {
+    pub fn entropy<'a, F: Scalar>(&self, problem: &impl AsProblem<'a, F>) -> Result<Vec<f64>> {
         entropies(&self.forward::<EntropySemiring, F>(problem)?)
     }
 
     /// The best segmentation of every sequence and its score ([`model`] §7; ties prefer the
     /// smaller duration, then the smaller previous label). A sequence without any finite
     /// segmentation gets score `-inf` and no segments.
-    pub fn viterbi<F: Scalar>(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
-        let (_, engine) = self.choose(problem, Op::Viterbi)?;
-        engine.viterbi(problem)
+    pub fn viterbi<'a, F: Scalar>(&self, problem: &impl AsProblem<'a, F>) -> Result<Vec<Decoded>> {
+        let problem = problem.as_problem();
+        let (_, engine) = self.choose(&*problem, Op::Viterbi)?;
+        engine.viterbi(&*problem)
     }
 
     /// One forward-backward pass: `log Z`, the gradients of `Σ_b upstream[b] · log Z_b` with
@@ -331,25 +347,25 @@ impl SemiCrf {
     ///
     /// ```
     /// use semicrf::ndarray::{Array2, Array3};
-    /// use semicrf::{Potentials, Problem, SemiCrf};
+    /// use semicrf::{Potentials, SemiCrf};
     ///
     /// let scores = Array3::<f64>::zeros((2, 5, 3));
     /// let transition = Array2::<f64>::zeros((3, 3));
     /// let lengths = [5, 3];
-    /// let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 2)
+    /// let potentials = Potentials::builder(scores.view(), &lengths, 2)
     ///     .transition(transition.view())
-    ///     .build()?
-    ///     .into();
-    /// let out = SemiCrf::new().backward(&problem, Some(&[1.0, 0.0]))?;
+    ///     .build()?;
+    /// let out = SemiCrf::new().backward(&potentials, Some(&[1.0, 0.0]))?;
     /// let grad_scores = out.grad.scores.unwrap();
     /// assert!(grad_scores.index_axis(semicrf::ndarray::Axis(0), 1).iter().all(|&g| g == 0.0));
     /// # Ok::<(), semicrf::Error>(())
     /// ```
-    pub fn backward<F: Scalar>(
+    pub fn backward<'a, F: Scalar>(
         &self,
-        problem: &Problem<'_, F>,
+        problem: &impl AsProblem<'a, F>,
         upstream: Option<&[f64]>,
     ) -> Result<Backward> {
+        let problem = problem.as_problem();
         let batch = problem.shape().batch;
         let ones;
         let upstream = match upstream {
@@ -360,13 +376,13 @@ impl SemiCrf {
             }
         };
         semicrf_core::check_upstream(upstream, batch)?;
-        let (_, engine) = self.choose(problem, Op::Backward)?;
-        engine.backward(problem, upstream)
+        let (_, engine) = self.choose(&*problem, Op::Backward)?;
+        engine.backward(&*problem, upstream)
     }
 
     /// The gradients of `Σ_b log Z_b` with respect to every input (expected counts); the
     /// same as [`SemiCrf::backward`] with no upstream, keeping only the gradients.
-    pub fn gradients<F: Scalar>(&self, problem: &Problem<'_, F>) -> Result<Gradients> {
+    pub fn gradients<'a, F: Scalar>(&self, problem: &impl AsProblem<'a, F>) -> Result<Gradients> {
         self.backward(problem, None).map(|b| b.grad)
     }
 
@@ -374,15 +390,16 @@ impl SemiCrf {
     /// the edge marginals), from one forward-backward pass. For edge input the position
     /// marginals are summed from the edge marginals. Fails with [`Error::Infeasible`] when
     /// some `log Z_b = -inf`.
-    pub fn marginals<F: Scalar>(&self, problem: &Problem<'_, F>) -> Result<Marginals> {
-        let (selection, engine) = self.choose(problem, Op::Backward)?;
+    pub fn marginals<'a, F: Scalar>(&self, problem: &impl AsProblem<'a, F>) -> Result<Marginals> {
+        let problem = problem.as_problem();
+        let (selection, engine) = self.choose(&*problem, Op::Backward)?;
         let batch = problem.shape().batch;
-        let out = engine.backward(problem, &vec![1.0; batch])?;
+        let out = engine.backward(&*problem, &vec![1.0; batch])?;
         let missing = |what: &str| Error::Unsupported {
             backend: format!("{}/{}", selection.device, selection.algorithm),
             what: format!("{what} (its backward returned none)"),
         };
-        let (position, edges) = match problem {
+        let (position, edges) = match &*problem {
             Problem::Structured(_) => {
                 let position = out
                     .grad
@@ -413,22 +430,23 @@ impl SemiCrf {
     ///
     /// ```
     /// use semicrf::ndarray::Array3;
-    /// use semicrf::{Potentials, Problem, Segment, SemiCrf};
+    /// use semicrf::{Potentials, Segment, SemiCrf};
     ///
     /// let scores = Array3::<f64>::zeros((1, 3, 2));
     /// let lengths = [3];
-    /// let problem: Problem<f64> = Potentials::builder(scores.view(), &lengths, 3).build()?.into();
+    /// let potentials = Potentials::builder(scores.view(), &lengths, 3).build()?;
     /// // 18 segmentations, all with score 0: NLL = ln 18.
     /// let gold = vec![vec![Segment::new(0, 1, 0), Segment::new(1, 2, 1)]];
-    /// let nll = SemiCrf::new().nll(&problem, &gold)?;
+    /// let nll = SemiCrf::new().nll(&potentials, &gold)?;
     /// assert!((nll[0] - 18f64.ln()).abs() < 1e-12);
     /// # Ok::<(), semicrf::Error>(())
     /// ```
-    pub fn nll<F: Scalar>(
+    pub fn nll<'a, F: Scalar>(
         &self,
-        problem: &Problem<'_, F>,
+        problem: &impl AsProblem<'a, F>,
         gold: &[Vec<Segment>],
     ) -> Result<Vec<f64>> {
+        let problem = problem.as_problem();
         let batch = problem.shape().batch;
         if gold.len() != batch {
             return Err(Error::Segmentation {
@@ -442,12 +460,12 @@ impl SemiCrf {
         let gold_scores = gold
             .iter()
             .enumerate()
-            .map(|(b, segs)| match problem {
+            .map(|(b, segs)| match &*problem {
                 Problem::Structured(p) => gold_score(p, b, segs),
                 Problem::Edges(p) => gold_score_edges::<semicrf_core::LogSemiring, F>(p, b, segs),
             })
             .collect::<Result<Vec<f64>>>()?;
-        let log_z = self.log_partition(problem)?;
+        let log_z = self.log_partition(&*problem)?;
         Ok(log_z
             .iter()
             .zip(&gold_scores)

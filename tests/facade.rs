@@ -569,3 +569,70 @@ fn entropy_is_that_of_the_posterior_and_an_infeasible_sequence_is_a_typed_error(
         );
     }
 }
+
+#[test]
+fn every_method_takes_built_potentials_directly_as_it_takes_a_problem() {
+    let owned = plain(2, 7, 3, 3);
+    let potentials = owned.view().unwrap();
+    let edges_tensor = materialize(&potentials);
+    let edges = EdgePotentials::new(edges_tensor.view(), &owned.lengths).unwrap();
+    let b = owned.lengths.len();
+    let want: Vec<f64> = (0..b)
+        .map(|seq| reference::brute_force(&potentials, seq).unwrap().log_z)
+        .collect();
+    let crf = SemiCrf::new();
+    let direct = crf.log_partition(&potentials).unwrap();
+    let of_edges = crf.log_partition(&edges).unwrap();
+    for seq in 0..b {
+        assert!(
+            close(direct[seq], want[seq]),
+            "{} vs {}",
+            direct[seq],
+            want[seq]
+        );
+        assert!(
+            close(of_edges[seq], want[seq]),
+            "{} vs {}",
+            of_edges[seq],
+            want[seq]
+        );
+    }
+    // The same call through a `Problem` gives the same bits, method by method.
+    let problem = Problem::from(potentials.clone());
+    assert_eq!(crf.log_partition(&problem).unwrap(), direct);
+    assert_eq!(
+        crf.select(&potentials, Op::Backward).unwrap(),
+        crf.select(&problem, Op::Backward).unwrap()
+    );
+    assert_eq!(
+        crf.forward::<MaxSemiring, _>(&potentials).unwrap(),
+        crf.forward::<MaxSemiring, _>(&problem).unwrap()
+    );
+    assert_eq!(
+        crf.entropy(&potentials).unwrap(),
+        crf.entropy(&problem).unwrap()
+    );
+    let best = crf.viterbi(&potentials).unwrap();
+    assert_eq!(best, crf.viterbi(&problem).unwrap());
+    assert_eq!(
+        crf.gradients(&potentials).unwrap(),
+        crf.gradients(&problem).unwrap()
+    );
+    assert_eq!(
+        crf.backward(&potentials, Some(&[1.0, 0.5])).unwrap(),
+        crf.backward(&problem, Some(&[1.0, 0.5])).unwrap()
+    );
+    assert_eq!(
+        crf.marginals(&potentials).unwrap(),
+        crf.marginals(&problem).unwrap()
+    );
+    let gold: Vec<Vec<Segment>> = best.iter().map(|d| d.segments.clone()).collect();
+    assert_eq!(
+        crf.nll(&potentials, &gold).unwrap(),
+        crf.nll(&problem, &gold).unwrap()
+    );
+    assert_eq!(
+        crf.marginals(&edges).unwrap().edges.map(|e| e.dim()),
+        Some((b, 7, 3, 3, 3))
+    );
+}

@@ -281,8 +281,9 @@ pub trait EngineInfo: Send + Sync {
 /// One algorithm on one device, running on inputs of element type `F` (`f32` or `f64`).
 ///
 /// ```
-/// use ndarray::Array3;
-/// use semicrf_core::{reference::Reference, Engine, LogSemiring, MaxSemiring, Potentials, Problem};
+/// # mod semicrf { pub use ::ndarray; pub use semicrf_core::*; } // the facade's paths
+/// use semicrf::ndarray::Array3;
+/// use semicrf::{Engine, LogSemiring, MaxSemiring, Potentials, Problem, reference::Reference};
 ///
 /// let scores = Array3::<f32>::zeros((1, 3, 2));
 /// let lengths = [3];
@@ -291,7 +292,7 @@ pub trait EngineInfo: Send + Sync {
 /// let best = Reference.forward::<MaxSemiring>(&p)?;
 /// assert!((log_z[0] - 18f64.ln()).abs() < 1e-12); // 18 segmentations, all of score 0
 /// assert_eq!(best[0], 0.0);
-/// # Ok::<(), semicrf_core::Error>(())
+/// # Ok::<(), semicrf::Error>(())
 /// ```
 pub trait Engine<F: Scalar>: EngineInfo {
     /// The `⊕`-sum over all segmentations of each sequence in semiring `S`: log Z
@@ -324,13 +325,14 @@ pub fn entropies(values: &[EntropyValue]) -> Result<Vec<f64>> {
 /// [`ByteCount::finish`] turns a poisoned count into an [`Error::Unsupported`].
 ///
 /// ```
-/// use semicrf_core::{ByteCount, Shape};
+/// # mod semicrf { pub use ::ndarray; pub use semicrf_core::*; } // the facade's paths
+/// use semicrf::{ByteCount, Shape};
 ///
 /// let shape = Shape::new(2, 10, 3, 4);
 /// let n = ByteCount::f64s(&[2, 10, 4]) + ByteCount::bytes(&[64]);
 /// assert_eq!(n.finish("cpu/example", shape)?, 8 * 80 + 64);
 /// assert!(ByteCount::f64s(&[usize::MAX, 2]).finish("cpu/example", shape).is_err());
-/// # Ok::<(), semicrf_core::Error>(())
+/// # Ok::<(), semicrf::Error>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ByteCount(Option<u64>);

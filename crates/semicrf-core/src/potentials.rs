@@ -77,8 +77,9 @@ impl<F: Scalar> Transition<'_, F> {
 /// for shape, and every element for NaN and `+inf`; `-inf` is legal and forbids what it scores.
 ///
 /// ```
-/// use ndarray::{Array2, Array3};
-/// use semicrf_core::Potentials;
+/// # mod semicrf { pub use ::ndarray; pub use semicrf_core::*; } // the facade's paths
+/// use semicrf::ndarray::{Array2, Array3};
+/// use semicrf::Potentials;
 ///
 /// let scores = Array3::<f32>::zeros((2, 5, 3)); // (B, T, C)
 /// let transition = Array2::<f32>::zeros((3, 3));
@@ -87,7 +88,7 @@ impl<F: Scalar> Transition<'_, F> {
 ///     .transition(transition.view())
 ///     .build()?;
 /// assert_eq!(p.shape().max_duration, 4);
-/// # Ok::<(), semicrf_core::Error>(())
+/// # Ok::<(), semicrf::Error>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct Potentials<'a, F> {

@@ -1,12 +1,14 @@
 //! The f64 reference: brute-force enumeration of every segmentation, and a plain sequential
 //! exact forward / backward / Viterbi over edges. Every backend is tested against it.
 //!
-//! Nothing here is fast, and that is the point: each function is the recurrence of the model page (`semicrf_core::model`, recurrences)
-//! written as directly as possible, in `f64`, one sequence at a time.
+//! Nothing here is fast, and that is the point: each function is the recurrence of the
+//! [model page](crate::model) written as directly as possible, in `f64`, one sequence at a
+//! time.
 //!
 //! ```
-//! use ndarray::Array3;
-//! use semicrf_core::{reference, Potentials};
+//! # mod semicrf { pub use ::ndarray; pub use semicrf_core::*; } // the facade's paths
+//! use semicrf::ndarray::Array3;
+//! use semicrf::{reference, Potentials};
 //!
 //! let scores = Array3::<f64>::zeros((1, 3, 2));
 //! let lengths = [3];
@@ -15,9 +17,9 @@
 //! // (1 segment: 2; 2 segments: 2 splits × 4; 3 segments: 8).
 //! let bf = reference::brute_force(&p, 0)?;
 //! assert!((bf.log_z - 18f64.ln()).abs() < 1e-12);
-//! let edges = semicrf_core::materialize(&p);
+//! let edges = semicrf::materialize(&p);
 //! assert!((reference::forward_log(edges.view(), &lengths)[0] - bf.log_z).abs() < 1e-12);
-//! # Ok::<(), semicrf_core::Error>(())
+//! # Ok::<(), semicrf::Error>(())
 //! ```
 
 use ndarray::{Array2, Array5, ArrayView5};

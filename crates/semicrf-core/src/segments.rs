@@ -45,8 +45,9 @@ pub fn validate_segmentation(
 /// The score of a segmentation of sequence `b` (model §2), in `f64`.
 ///
 /// ```
-/// use ndarray::{array, Array3};
-/// use semicrf_core::{gold_score, Potentials, Segment};
+/// # mod semicrf { pub use ::ndarray; pub use semicrf_core::*; } // the facade's paths
+/// use semicrf::ndarray::{array, Array3};
+/// use semicrf::{gold_score, Potentials, Segment};
 ///
 /// let scores = Array3::from_shape_vec((1, 3, 2), vec![1.0, 0.0, 2.0, 0.0, 0.0, 5.0]).unwrap();
 /// let transition = array![[0.0, -1.0], [0.0, 0.0]];
@@ -54,7 +55,7 @@ pub fn validate_segmentation(
 /// let p = Potentials::builder(scores.view(), &lengths, 2).transition(transition.view()).build()?;
 /// let segs = [Segment::new(0, 2, 0), Segment::new(2, 1, 1)];
 /// assert_eq!(gold_score(&p, 0, &segs)?, 1.0 + 2.0 - 1.0 + 5.0);
-/// # Ok::<(), semicrf_core::Error>(())
+/// # Ok::<(), semicrf::Error>(())
 /// ```
 pub fn gold_score<F: Scalar>(p: &Potentials<'_, F>, b: usize, segments: &[Segment]) -> Result<f64> {
     let sh = p.shape();
@@ -114,7 +115,8 @@ pub fn gold_score_edges<S: Semiring, F: Scalar>(
 /// size, so `best` must be a pure lookup.
 ///
 /// ```
-/// use semicrf_core::{trace_back, Segment};
+/// # mod semicrf { pub use ::ndarray; pub use semicrf_core::*; } // the facade's paths
+/// use semicrf::{Segment, trace_back};
 ///
 /// // Best segments: label 1 over [0, 2), then label 0 over [2, 3).
 /// let best = |t: usize, j: usize| match (t, j) {
@@ -207,14 +209,15 @@ pub fn decode_best(
 /// `transition[c, c]` between them).
 ///
 /// ```
-/// use semicrf_core::{segments_from_labels, labels_from_segments, Segment};
+/// # mod semicrf { pub use ::ndarray; pub use semicrf_core::*; } // the facade's paths
+/// use semicrf::{labels_from_segments, segments_from_labels, Segment};
 /// let labels = [2, 2, 0, 1, 1, 1];
 /// let segs = segments_from_labels(&labels, 3, false)?;
 /// assert_eq!(segs, [Segment::new(0, 2, 2), Segment::new(2, 1, 0), Segment::new(3, 3, 1)]);
 /// assert_eq!(labels_from_segments(&segs), labels);
 /// assert!(segments_from_labels(&labels, 2, false).is_err());
 /// assert_eq!(segments_from_labels(&labels, 2, true)?.len(), 4);
-/// # Ok::<(), semicrf_core::Error>(())
+/// # Ok::<(), semicrf::Error>(())
 /// ```
 pub fn segments_from_labels(
     labels: &[usize],

@@ -112,9 +112,8 @@ impl EngineInfo for ScanEngine {
         edge::check(BACKEND, query)
     }
 
-    /// The exact engine's formula ([`ExactEngine`](crate::ExactEngine)'s
-    /// [`EngineInfo::memory_required`]) with `Δ` =
-    /// [`ScanEngine::effective_checkpoint_interval`] of `T` and `K`: the backward holds
+    /// The exact engine's formula (`ExactEngine`'s [`EngineInfo::memory_required`]) with
+    /// `Δ` = [`ScanEngine::effective_checkpoint_interval`] of `T` and `K`: the backward holds
     /// `n = ⌈T/Δ⌉` checkpoints of `K'·C` and `Δ + K'` rows instead of the whole table.
     fn memory_required(&self, query: &Query) -> Result<u64> {
         let sh = query.shape;

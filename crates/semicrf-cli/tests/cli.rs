@@ -1,6 +1,5 @@
 //! The `semicrf eval` command: output keys, shapes and values on valid problems, and one-line
 //! errors with exit code 2 on malformed ones.
-#![cfg(all(feature = "cpu", feature = "cli"))]
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,7 +7,9 @@ use std::process::{Command, Output, Stdio};
 
 use semicrf::ndarray::ArrayD;
 use semicrf::reference::{self, Reference};
-use semicrf::{Engine, LogSemiring, OwnedPotentials, Problem};
+use semicrf::{
+    Engine, LogSemiring, OwnedPotentials, Problem, materialize, position_marginals_from_edges,
+};
 use semicrf_core::testing::{GenSpec, named_cases, random_problem};
 use serde_json::{Value, json};
 
@@ -153,6 +154,7 @@ fn check_against_reference(name: &str, p: &OwnedPotentials<f64>) {
         "segments",
         "entropy",
         "boundary_marginals",
+        "marginals",
         "grad",
         "backend",
         "reason",
@@ -212,6 +214,15 @@ fn check_against_reference(name: &str, p: &OwnedPotentials<f64>) {
     let bm = flat(&out["boundary_marginals"]);
     for (x, y) in bm.iter().zip(want.boundary_marginals.iter()) {
         assert!((x - y).abs() < 1e-9, "{name}: boundary marginal {x} vs {y}");
+    }
+    assert_eq!(out["marginals"]["boundary"], out["boundary_marginals"]);
+    // The position marginals, summed from the reference's edge marginals.
+    let (_, edge_marginals) = reference::edge_marginals(materialize(&view).view(), view.lengths());
+    let want_position = position_marginals_from_edges(edge_marginals.view());
+    assert_eq!(shape(&out["marginals"]["position"]), [b, t, c]);
+    let position = flat(&out["marginals"]["position"]);
+    for (x, y) in position.iter().zip(want_position.iter()) {
+        assert!((x - y).abs() < 1e-9, "{name}: position marginal {x} vs {y}");
     }
     let grad = out["grad"].as_object().unwrap();
     let g = &want.grad;
@@ -312,7 +323,9 @@ fn no_grad_leaves_out_gradients_and_boundary_marginals() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out: Value = serde_json::from_slice(&o.stdout).unwrap();
     let obj = out.as_object().unwrap();
-    assert!(!obj.contains_key("grad") && !obj.contains_key("boundary_marginals"));
+    for key in ["grad", "boundary_marginals", "marginals"] {
+        assert!(!obj.contains_key(key), "{key} with --no-grad");
+    }
     assert!(obj.contains_key("log_z") && obj.contains_key("segments"));
     assert_eq!(shape(&out["entropy"]), [1]);
 }
@@ -471,4 +484,45 @@ fn a_budget_too_small_is_reported() {
     let p = random_problem(8, &GenSpec::new(1, 6, 2, 2));
     let o = eval_text(&problem_json(&p).to_string(), &["--memory-budget", "1"]);
     assert_fails(&o, &["memory budget"]);
+}
+
+#[test]
+fn a_memory_budget_with_a_unit_is_accepted_and_applied() {
+    let p = random_problem(9, &GenSpec::new(1, 6, 2, 2));
+    let text = problem_json(&p).to_string();
+    for budget in ["1GiB", "2 GiB", "512mib", "1 GB", "4096 KiB", "1073741824"] {
+        let o = eval_text(&text, &["--memory-budget", budget]);
+        assert_eq!(o.status.code(), Some(0), "{budget}: {}", stderr(&o));
+    }
+    // The unit is applied, not dropped: 1 KB is too small where 1 GB is not.
+    assert_fails(
+        &eval_text(&text, &["--memory-budget", "1KB"]),
+        &["memory budget"],
+    );
+}
+
+#[test]
+fn a_malformed_memory_budget_is_a_one_line_usage_error() {
+    let text = r#"{"scores": [[[0]]], "lengths": [1], "max_duration": 1}"#;
+    for budget in ["1 GiBs", "-1", "lots", "99999999 TiB"] {
+        let o = eval_text(text, &[&format!("--memory-budget={budget}")]);
+        assert_fails(&o, &["--memory-budget", budget]);
+    }
+}
+
+#[test]
+fn the_help_tells_what_no_grad_prints_and_the_units_of_a_size() {
+    let o = Command::new(BIN).args(["eval", "--help"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let help = String::from_utf8(o.stdout).unwrap();
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("log Z, Viterbi and the entropy only"),
+        "{help}"
+    );
+    assert!(
+        flat.contains("GiB") && flat.contains("[default: 2 GiB]"),
+        "{help}"
+    );
+    assert!(flat.contains("`marginals`"), "{help}");
 }

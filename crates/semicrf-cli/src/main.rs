@@ -1,9 +1,11 @@
 //! `semicrf`: the command-line tool of the semicrf library.
 //!
 //! `semicrf eval --input problem.json` reads a problem in the JSON interchange format
-//! (`semicrf::model` §10), runs log Z, Viterbi and (unless `--no-grad`) the backward pass, and
-//! prints one JSON object on stdout. Any error is one line `error: <message>` on stderr, with
-//! exit code 2 and nothing on stdout.
+//! (`semicrf::model` §10), runs log Z, Viterbi, the entropy and (unless `--no-grad`) the
+//! backward pass, and prints one JSON object on stdout. Any error is one line
+//! `error: <message>` on stderr, with exit code 2 and nothing on stdout.
+
+mod size;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -11,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use semicrf::{
-    Backend, Config, Device, EntropySemiring, Error, LogSemiring, Op, Problem, Selection, SemiCrf,
+    Backend, Config, Device, EntropySemiring, Error, LogSemiring, Op, Selection, SemiCrf,
 };
 
 use semicrf::interchange::{self, Json};
@@ -39,15 +41,17 @@ enum Command {
     /// sequence, a list of [start, duration, label]), `entropy` (B, the Shannon entropy in
     /// nats of the posterior over segmentations; null for a sequence with log Z = -inf,
     /// which has no posterior, and for one whose potentials are too large for probabilities
-    /// to be accurate), `boundary_marginals` (B x T, P(a segment starts at t), 0
-    /// beyond the length), `grad` (the gradients of the sum of log Z over the batch with
-    /// respect to every input present, same keys and shapes; `scores` holds the position
-    /// marginals), `backend` and `reason` (the engine chosen and why). With --no-grad,
-    /// `boundary_marginals` and `grad` are left out.
+    /// to be accurate), `boundary_marginals` (B x T, P(a segment starts at t), 0 beyond the
+    /// length), `marginals` (an object: `position`, B x T x C, P(position t lies in a
+    /// segment of label c), 0 beyond the length; `boundary`, the same as
+    /// `boundary_marginals`), `grad` (the gradients of the sum of log Z over the batch with
+    /// respect to every input present, same keys and shapes), `backend` and `reason` (the
+    /// engine chosen and why). With --no-grad, `boundary_marginals`, `marginals` and `grad`
+    /// are left out.
     ///
     /// Errors (malformed JSON, a missing key, a wrong shape, NaN or +inf, potentials too
-    /// large in magnitude, a length out of range, an unavailable backend or device) print one line `error: ...` on stderr and
-    /// exit with code 2.
+    /// large in magnitude, a length out of range, an unavailable backend or device) print
+    /// one line `error: ...` on stderr and exit with code 2.
     Eval(EvalArgs),
 }
 
@@ -62,11 +66,12 @@ struct EvalArgs {
     /// The device: `cpu`, `cuda` (device 0) or `cuda:N`.
     #[arg(long, default_value = "cpu", value_parser = parse_device)]
     device: Device,
-    /// The memory budget in bytes for one pass (default 2 GiB).
-    #[arg(long, value_name = "BYTES")]
+    /// The memory budget of one pass: a number of bytes, or a size with a unit (B, KB, KiB,
+    /// MB, MiB, GB, GiB, TB, TiB, any case, e.g. `512MiB` or `1 GB`) [default: 2 GiB].
+    #[arg(long, value_name = "SIZE", value_parser = size::parse_size)]
     memory_budget: Option<u64>,
-    /// Skip the backward pass: print log Z and Viterbi only, without `grad` and
-    /// `boundary_marginals` (needed when some sequence has log Z = -inf).
+    /// Skip the backward pass: print log Z, Viterbi and the entropy only, without `grad`,
+    /// `marginals` and `boundary_marginals` (needed when some sequence has log Z = -inf).
     #[arg(long)]
     no_grad: bool,
 }
@@ -193,10 +198,9 @@ fn eval(args: &EvalArgs) -> Result<String, Failure> {
     let text = read_input(&args.input)?;
     let owned =
         interchange::parse_problem(&text).map_err(|e| Failure::input(format!("{shown}: {e}")))?;
-    let potentials = owned
+    let problem = owned
         .view()
         .map_err(|e| Failure::input(format!("{shown}: {e}")))?;
-    let problem: Problem<'_, f64> = potentials.into();
 
     let mut config = Config::new()
         .backend(args.backend.into())
@@ -241,7 +245,7 @@ fn eval(args: &EvalArgs) -> Result<String, Failure> {
             for (b, ok) in in_range.enumerate() {
                 out.push(match owned.sequence(b) {
                     Some(one) if ok => {
-                        let one = one.view()?.into();
+                        let one = one.view()?;
                         entropy_json(&crf.forward::<EntropySemiring, f64>(&one)?[0])
                     }
                     _ => Json::Null,
@@ -289,9 +293,22 @@ fn eval(args: &EvalArgs) -> Result<String, Failure> {
             )),
             e => e.into(),
         })?;
+        let boundary = Json::array(out.boundary_marginals.view().into_dyn());
+        fields.push(("boundary_marginals".to_string(), boundary.clone()));
+        // With an upstream of ones the gradient of the scores is the position marginals.
+        let position = out.grad.scores.as_ref().ok_or_else(|| Failure {
+            message: format!("the {backend} backend returned no position marginals"),
+            code: 1,
+        })?;
         fields.push((
-            "boundary_marginals".to_string(),
-            Json::array(out.boundary_marginals.view().into_dyn()),
+            "marginals".to_string(),
+            Json::Obj(vec![
+                (
+                    "position".to_string(),
+                    Json::array(position.view().into_dyn()),
+                ),
+                ("boundary".to_string(), boundary),
+            ]),
         ));
         let g = &out.grad;
         let mut grad = Vec::new();
