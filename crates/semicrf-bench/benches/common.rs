@@ -290,8 +290,9 @@ pub fn time_shape(
 /// Benchmarks `plan` over the T-sweep of the sweep named by `SEMICRF_BENCH_SWEEP`
 /// (`semicrf_bench::sweep`), forward then forward+backward, under the ids
 /// `sweep/{device}/{algo}/{semiring}/B{B}_T{T}_K{K}_C{C}`. An algorithm that materialises
-/// edges runs only where its `memory_required` fits the facade's default memory budget (what
-/// `SemiCrf::select` would let it run); beyond, the report marks where it stops.
+/// edges runs only within the sweep's work limit and where its `memory_required` fits the
+/// facade's default memory budget (what `SemiCrf::select` would let it run); the report marks
+/// where the budget stops it.
 pub fn sweep(c: &mut Criterion, plan: &Plan<'_>) {
     let def = match Sweep::from_env() {
         Ok(def) => def,
@@ -317,6 +318,12 @@ pub fn sweep(c: &mut Criterion, plan: &Plan<'_>) {
                 continue;
             }
             let tag = format!("{} sweep, T = {}", def.name, s.len);
+            if plan.materialises_edges && !def.edges_run(s) && plan.device == "cpu" {
+                eprintln!(
+                    "note: {id} ({tag}) skipped: over the sweep's work limit for scan and exact"
+                );
+                continue;
+            }
             if plan.materialises_edges {
                 let required = required(plan.engine, s, pass);
                 if required > DEFAULT_MEMORY_BUDGET {

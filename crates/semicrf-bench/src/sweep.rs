@@ -38,20 +38,26 @@ pub struct Sweep {
     pub k_len: usize,
     /// The maximum durations `K` of the K-sweep, increasing.
     pub durations: &'static [usize],
+    /// Scan and exact run only where their work `B·T·K·C²` is at most this many terms: their
+    /// time grows as fast as their memory, so near the budget a call takes minutes.
+    pub edge_work_limit: u64,
 }
 
-/// The report's sweep: `(B, K, C) = (1, 100, 24)` (the `memory` binary's long-sequence
-/// configuration) for `T` from 250 to 32,000, which crosses the point where scan's and exact's
-/// edges stop fitting the default memory budget; `(B, T, C) = (1, 1000, 24)` for `K` from 10
-/// to 1000.
+/// The report's sweep: `(B, K, C) = (1, 32, 8)` (about the durations and labels of S3) for `T`
+/// from 128 to 131,072, past the point where scan's and exact's edges stop fitting the default
+/// memory budget (scan and exact run up to `T = 2048`, the work limit); `(B, T, C) =
+/// (1, 256, 8)` for `K` from 4 to 256.
 pub const FULL: Sweep = Sweep {
     name: "full",
     batch: 1,
-    max_duration: 100,
-    labels: 24,
-    lens: &[250, 500, 1000, 2000, 4000, 8000, 16000, 32000],
-    k_len: 1000,
-    durations: &[10, 30, 100, 300, 1000],
+    max_duration: 32,
+    labels: 8,
+    lens: &[
+        128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072,
+    ],
+    k_len: 256,
+    durations: &[4, 16, 64, 256],
+    edge_work_limit: 1 << 22,
 };
 
 /// A sweep of tiny shapes that runs in seconds, so that CI exercises the whole chain.
@@ -63,6 +69,7 @@ pub const SMALL: Sweep = Sweep {
     lens: &[32, 64, 128, 256],
     k_len: 128,
     durations: &[2, 8, 32],
+    edge_work_limit: 1 << 22,
 };
 
 /// Every sweep, by name.
@@ -99,6 +106,11 @@ impl Sweep {
             .iter()
             .map(|&k| Shape::new(self.batch, self.k_len, k, self.labels))
             .collect()
+    }
+
+    /// Whether scan and exact run at `s` (their work is within [`Sweep::edge_work_limit`]).
+    pub fn edges_run(&self, s: Shape) -> bool {
+        (s.batch * s.len * s.max_duration * s.labels * s.labels) as u64 <= self.edge_work_limit
     }
 
     /// Whether `s` is a shape of the T-sweep (any `T`, the sweep's `B`, `K` and `C`).

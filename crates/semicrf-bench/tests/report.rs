@@ -98,7 +98,7 @@ fn write_run(dir: &Path, sweep: &Sweep, limit: usize) {
                 &shape_label(s),
                 900.0 * t * factor,
             );
-            if s.len < limit {
+            if s.len < limit && sweep.edges_run(s) {
                 for (algo, c) in [("scan", 5000.0), ("exact", 4000.0)] {
                     write_bench(
                         dir,

@@ -116,9 +116,7 @@ fn shell_words(args: &Args, criterion: &Path, sweep: &Sweep) -> Vec<String> {
     if args.no_peers {
         report += " --no-peers";
     }
-    if let Some(n) = &args.note {
-        report += &format!(" --note '{}'", n.replace('\'', "'\\''"));
-    }
+    // `--note` describes one run's conditions: not part of the command to repeat.
     report += &format!(" --out {}", args.out.display());
     let memory = args.memory.as_ref().map(|m| {
         format!(

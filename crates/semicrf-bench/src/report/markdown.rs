@@ -527,7 +527,7 @@ fn switch_section(out: &mut String, inputs: &Inputs, switches: &Switches) -> Res
          at every `T`; scan and exact are what a caller gets by forcing `Backend::Scan` or \
          `Backend::Exact`, and beyond the marked `T` the facade refuses them with \
          `Error::MemoryBudget`: only streaming can run there. The vertical line in the plots \
-         marks that point; the sweep runs scan and exact only below it.\n"
+         marks that point.\n"
     );
     Ok(())
 }
@@ -541,9 +541,11 @@ fn time_section(
     let _ = writeln!(out, "## Time against T\n");
     let _ = writeln!(
         out,
-        "Median time per call (ms) at {}; `—`: not run (over the default budget, or not \
-         measured).\n",
-        t_shape_text(inputs)
+        "Median time per call (ms) at {}; `—`: not run. Scan and exact run only where their \
+         work `B·T·K·C²` is at most {:.1e} terms (the sweep's limit: their time grows with their \
+         memory, and near the budget one call takes minutes on a CPU) and within the budget.\n",
+        t_shape_text(inputs),
+        inputs.sweep.edge_work_limit as f64
     );
     for (p, pass) in PASSES.iter().enumerate() {
         let timings = sweep_timings(inputs, *pass);
@@ -630,7 +632,8 @@ fn memory_section(
         out,
         "Peak heap beyond inputs and outputs of one call (counting allocator over the calling \
          thread and rayon's workers) and the engine's own estimate `memory_required` (what \
-         selection budgets with), at {}. `not run`: over the default budget.\n",
+         selection budgets with), at {}. `not run`: over the sweep's work limit for scan and \
+         exact, or over the default budget; the dashed `memory_required` lines go on.\n",
         t_shape_text(inputs)
     );
     for (p, pass) in PASSES.iter().enumerate() {
