@@ -747,7 +747,9 @@ fn peers_section(out: &mut String, title: &str, src: &Source<Vec<PeerResult>>) {
         let opt = |v: Option<f64>| v.map_or("—".into(), ms);
         let mut bwd = opt(r.backward_ms);
         if let Some(status) = r.status.as_deref().filter(|s| *s != "ok") {
-            bwd = format!("{bwd} ({status})");
+            // The first clause of a status (`error during forward: RuntimeError: …`).
+            let short = status.split(": ").next().unwrap_or(status);
+            bwd = format!("{bwd} ({short})");
         }
         let _ = writeln!(
             out,

@@ -76,6 +76,10 @@ pub fn load_dir(dir: &Path) -> Result<Vec<PeerResult>, Error> {
         let r: ResultJson = serde_json::from_str(&text)
             .map_err(|e| Error::new(format!("{} is not a peer result: {e}", path.display())))?;
         let (engine, detail) = match (&r.engine, &r.peer) {
+            (Some(e), _) if e.starts_with("cuda") => (
+                format!("ours {e}"),
+                "on the GPU, whole calls (copies in and out)".to_string(),
+            ),
             (Some(e), _) => (
                 format!("ours {e}"),
                 r.threads
@@ -108,12 +112,9 @@ pub fn load_dir(dir: &Path) -> Result<Vec<PeerResult>, Error> {
             status: r.status,
         });
     }
+    // S1 … S9 in order (S10 would sort after S9), then by engine.
     out.sort_by(|a, b| {
-        (a.shape.len * a.shape.batch, &a.shape_id, &a.engine).cmp(&(
-            b.shape.len * b.shape.batch,
-            &b.shape_id,
-            &b.engine,
-        ))
+        (a.shape_id.len(), &a.shape_id, &a.engine).cmp(&(b.shape_id.len(), &b.shape_id, &b.engine))
     });
     Ok(out)
 }
