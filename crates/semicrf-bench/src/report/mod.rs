@@ -11,7 +11,8 @@
 //! - [`switch`]: asks `semicrf::SemiCrf::select` (default budget) where scan and exact stop
 //!   fitting and what auto-selection picks.
 //! - [`plot`]: log–log line charts as SVG text.
-//! - `markdown` (private): the page, from the [`Inputs`] and the charts it draws.
+//! - `markdown` (private): the page, from the [`Inputs`] and the charts it draws; `tables`
+//!   (private): its sources, canonical-shape and peer tables.
 //!
 //! [`generate`] does it all and returns the page and the SVGs; the binary writes them.
 
@@ -21,6 +22,7 @@ pub mod memory;
 pub mod peers;
 pub mod plot;
 pub mod switch;
+mod tables;
 
 use std::fmt;
 

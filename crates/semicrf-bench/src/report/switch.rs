@@ -9,7 +9,7 @@ use semicrf_core::Shape;
 use super::Error;
 
 /// The largest problem (`B·T·C` scores) built to find a switch point: 2²⁵ f32 values.
-const MAX_SCORES: usize = 1 << 25;
+pub const MAX_SCORES: usize = 1 << 25;
 
 /// What `SemiCrf::select` says for `backend` and `op` at `shape` with the default budget:
 /// `Ok(algorithm)`, `Err(None)` when no candidate fits the budget, `Err(Some(reason))` for
