@@ -1,11 +1,14 @@
-//! What every algorithm's module shares: which shapes run, how long criterion samples them,
-//! and the one-off peak-memory line printed before a shape is timed.
+//! What every algorithm's module shares: which shapes run (the canonical shapes, or the
+//! report's T-sweep), how long criterion samples them, and the one-off peak-memory line
+//! printed before a shape is timed.
 
 use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
-use semicrf::{AnyEngine, EngineInfo, LogSemiring, Parallelism};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
+use semicrf::{AnyEngine, DEFAULT_MEMORY_BUDGET, EngineInfo, LogSemiring, Parallelism};
 use semicrf_bench::alloc::{measure, warm_up_threads};
+use semicrf_bench::sweep::Sweep;
 use semicrf_bench::{
     CANONICAL, EDGE_LIMIT_BYTES, SEED, bench_id, edges_fit, human_bytes, problem, shape_label,
 };
@@ -122,6 +125,23 @@ fn run(engine: &AnyEngine, p: &Problem<'_, f32>, pass: Pass) -> Result<u64, Stri
     semicrf_bench::run(engine, p, pass.op()).map_err(|e| e.to_string())
 }
 
+/// `memory_required` of `engine` for `pass` on the benches' problem of shape `s` (f32
+/// structured potentials, static transition), planned for rayon's threads; `u64::MAX` if the
+/// engine cannot say.
+fn required(engine: &AnyEngine, s: Shape, pass: Pass) -> u64 {
+    let planned = Query {
+        shape: s,
+        form: Form::Structured {
+            duration_dependent_transition: false,
+            boundaries: [false, false],
+        },
+        op: pass.op(),
+        dtype_bytes: 4,
+        threads: semicrf_cpu::threads(Parallelism::Rayon),
+    };
+    engine.memory_required(&planned).unwrap_or(u64::MAX)
+}
+
 /// Benchmarks `plan` at every canonical shape S1–S8 that fits, forward then forward+backward.
 pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
     warm_up_threads();
@@ -134,18 +154,7 @@ pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
             if !selected(&id) {
                 continue;
             }
-            let threads = semicrf_cpu::threads(Parallelism::Rayon);
-            let planned = Query {
-                shape: s,
-                form: Form::Structured {
-                    duration_dependent_transition: false,
-                    boundaries: [false, false],
-                },
-                op: pass.op(),
-                dtype_bytes: 4,
-                threads,
-            };
-            let required = plan.engine.memory_required(&planned).unwrap_or(u64::MAX);
+            let required = required(plan.engine, s, pass);
             if plan.materialises_edges && !edges_fit(s) && required > EDGE_LIMIT_BYTES {
                 eprintln!(
                     "note: {id} ({}) skipped: its edge tensor needs {} and the engine {} \
@@ -167,66 +176,171 @@ pub fn bench(c: &mut Criterion, plan: &Plan<'_>) {
                 );
                 continue;
             }
-            let owned = problem(s, SEED);
-            let view = owned.view().expect("generated problems are valid");
-            let p = Problem::Structured(view);
-            let query = Query::of(&p, pass.op()).with_threads(threads);
-            if let Err(e) = plan.engine.check(&query) {
-                eprintln!("note: {id} ({}) skipped: {e}", can.id);
+            time_shape(
+                &mut group,
+                plan,
+                pass,
+                s,
+                &id,
+                can.id,
+                Sampling::by_work(work),
+            );
+        }
+        group.finish();
+    }
+}
+
+/// How criterion samples one benchmark.
+#[derive(Clone, Copy, Debug)]
+pub enum Sampling {
+    /// Above ~2·10⁸ terms per iteration: 10 flat samples over 5 s.
+    Long,
+    /// Above ~2·10⁷ terms: 10 flat samples over 3 s.
+    Medium,
+    /// 20 samples over 3 s.
+    Short,
+    /// The small sweep for CI: 10 samples over 0.2 s.
+    Quick,
+}
+
+impl Sampling {
+    /// By estimated work (terms × pass factor) per iteration.
+    pub fn by_work(work: f64) -> Sampling {
+        if work > 2e8 {
+            Sampling::Long
+        } else if work > 2e7 {
+            Sampling::Medium
+        } else {
+            Sampling::Short
+        }
+    }
+
+    fn apply(self, group: &mut BenchmarkGroup<'_, WallTime>) {
+        let (mode, samples, warm_up, measurement) = match self {
+            Sampling::Long => (SamplingMode::Flat, 10, 500, 5000),
+            Sampling::Medium => (SamplingMode::Flat, 10, 1000, 3000),
+            Sampling::Short => (SamplingMode::Auto, 20, 1000, 3000),
+            Sampling::Quick => (SamplingMode::Flat, 10, 50, 200),
+        };
+        group
+            .sampling_mode(mode)
+            .sample_size(samples)
+            .warm_up_time(Duration::from_millis(warm_up))
+            .measurement_time(Duration::from_millis(measurement));
+    }
+}
+
+/// Builds the problem of shape `s`, makes one measured call (warm-up, smoke test and the
+/// `memory:` line on stderr) and times `pass` in `group` under the parameter
+/// `B{B}_T{T}_K{K}_C{C}`, so that the benchmark's id is `id`. `tag` names the shape in notes.
+pub fn time_shape(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    plan: &Plan<'_>,
+    pass: Pass,
+    s: Shape,
+    id: &str,
+    tag: &str,
+    sampling: Sampling,
+) {
+    let threads = semicrf_cpu::threads(Parallelism::Rayon);
+    let owned = problem(s, SEED);
+    let view = owned.view().expect("generated problems are valid");
+    let p = Problem::Structured(view);
+    let query = Query::of(&p, pass.op()).with_threads(threads);
+    if let Err(e) = plan.engine.check(&query) {
+        eprintln!("note: {id} ({tag}) skipped: {e}");
+        return;
+    }
+    let required = plan.engine.memory_required(&query).unwrap_or(u64::MAX);
+    // One measured call: warm-up, smoke test and the peak-memory line.
+    let (res, m) = measure(|| run(plan.engine, &p, pass));
+    let out = match res {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("note: {id} ({tag}) skipped: {e}");
+            return;
+        }
+    };
+    eprintln!(
+        "memory: {id} ({tag}): peak heap beyond inputs and outputs {} (outputs {}), \
+         memory_required {}",
+        human_bytes(m.peak.saturating_sub(out)),
+        human_bytes(out),
+        human_bytes(required)
+    );
+    group.throughput(Throughput::Elements((s.batch * s.len) as u64));
+    sampling.apply(group);
+    group.bench_function(
+        BenchmarkId::from_parameter(shape_label(s)),
+        |b| match plan.timed {
+            Some(timed) => b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        timed(&mut || {
+                            std::hint::black_box(run(plan.engine, &p, pass)).ok();
+                        })
+                    })
+                    .sum()
+            }),
+            None => b.iter(|| run(plan.engine, &p, pass)),
+        },
+    );
+}
+
+/// Benchmarks `plan` over the T-sweep of the sweep named by `SEMICRF_BENCH_SWEEP`
+/// (`semicrf_bench::sweep`), forward then forward+backward, under the ids
+/// `sweep/{device}/{algo}/{semiring}/B{B}_T{T}_K{K}_C{C}`. An algorithm that materialises
+/// edges runs only within the sweep's work limit and where its `memory_required` fits the
+/// facade's default memory budget (what `SemiCrf::select` would let it run); the report marks
+/// where the budget stops it.
+pub fn sweep(c: &mut Criterion, plan: &Plan<'_>) {
+    let def = match Sweep::from_env() {
+        Ok(def) => def,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    warm_up_threads();
+    for pass in [Pass::Forward, Pass::Backward] {
+        let mut group = c.benchmark_group(format!(
+            "sweep/{}/{}/{}",
+            plan.device,
+            plan.algo,
+            pass.label()
+        ));
+        for s in def.t_shapes() {
+            let id = format!(
+                "sweep/{}",
+                bench_id(plan.device, plan.algo, pass.label(), s)
+            );
+            if !selected(&id) {
                 continue;
             }
-            // One measured call: warm-up, smoke test and the peak-memory line.
-            let (res, m) = measure(|| run(plan.engine, &p, pass));
-            let out = match res {
-                Ok(out) => out,
-                Err(e) => {
-                    eprintln!("note: {id} ({}) skipped: {e}", can.id);
+            let tag = format!("{} sweep, T = {}", def.name, s.len);
+            if plan.materialises_edges && !def.edges_run(s) && plan.device == "cpu" {
+                eprintln!(
+                    "note: {id} ({tag}) skipped: over the sweep's work limit for scan and exact"
+                );
+                continue;
+            }
+            if plan.materialises_edges {
+                let required = required(plan.engine, s, pass);
+                if required > DEFAULT_MEMORY_BUDGET {
+                    eprintln!(
+                        "note: {id} ({tag}) skipped: needs {} > the default budget {}",
+                        human_bytes(required),
+                        human_bytes(DEFAULT_MEMORY_BUDGET)
+                    );
                     continue;
                 }
-            };
-            eprintln!(
-                "memory: {id} ({}): peak heap beyond inputs and outputs {} (outputs {}), \
-                 memory_required {}",
-                can.id,
-                human_bytes(m.peak.saturating_sub(out)),
-                human_bytes(out),
-                human_bytes(required)
-            );
-            group.throughput(Throughput::Elements((s.batch * s.len) as u64));
-            if work > 2e8 {
-                group
-                    .sampling_mode(SamplingMode::Flat)
-                    .sample_size(10)
-                    .warm_up_time(Duration::from_millis(500))
-                    .measurement_time(Duration::from_secs(5));
-            } else if work > 2e7 {
-                group
-                    .sampling_mode(SamplingMode::Flat)
-                    .sample_size(10)
-                    .warm_up_time(Duration::from_secs(1))
-                    .measurement_time(Duration::from_secs(3));
-            } else {
-                group
-                    .sampling_mode(SamplingMode::Auto)
-                    .sample_size(20)
-                    .warm_up_time(Duration::from_secs(1))
-                    .measurement_time(Duration::from_secs(3));
             }
-            group.bench_function(
-                BenchmarkId::from_parameter(shape_label(s)),
-                |b| match plan.timed {
-                    Some(timed) => b.iter_custom(|iters| {
-                        (0..iters)
-                            .map(|_| {
-                                timed(&mut || {
-                                    std::hint::black_box(run(plan.engine, &p, pass)).ok();
-                                })
-                            })
-                            .sum()
-                    }),
-                    None => b.iter(|| run(plan.engine, &p, pass)),
-                },
-            );
+            let sampling = if def.name == "small" {
+                Sampling::Quick
+            } else {
+                Sampling::by_work((plan.work)(s) * pass.factor())
+            };
+            time_shape(&mut group, plan, pass, s, &id, &tag, sampling);
         }
         group.finish();
     }

@@ -6,12 +6,14 @@
 
 use criterion::Criterion;
 
+use crate::common::{Plan, bench};
+
+/// Calls `each` with the plan of every CUDA engine (`cuda`, `cuda-log`) on device 0; with
+/// none built or present, prints why and calls nothing.
 #[cfg(feature = "cuda")]
-fn cuda_benches(c: &mut Criterion) {
+pub fn each_plan(each: &mut dyn FnMut(&Plan<'_>)) {
     use semicrf::AnyEngine;
     use semicrf_cuda::CudaEngine;
-
-    use crate::common::{Plan, bench};
 
     let Some(gpu) = CudaEngine::usable_or_skip(0) else {
         return;
@@ -22,23 +24,26 @@ fn cuda_benches(c: &mut Criterion) {
         ("cuda", AnyEngine::Cuda(gpu)),
         ("cuda-log", AnyEngine::Cuda(gpu.log_domain_only())),
     ] {
-        bench(
-            c,
-            &Plan {
-                device,
-                algo: "streaming",
-                engine: &engine,
-                materialises_edges: false,
-                work: |s| semicrf_bench::lse_terms(s) as f64,
-                timed: Some(&timed),
-            },
-        );
+        each(&Plan {
+            device,
+            algo: "streaming",
+            engine: &engine,
+            materialises_edges: false,
+            work: |s| semicrf_bench::lse_terms(s) as f64,
+            timed: Some(&timed),
+        });
     }
 }
 
+/// Calls `each` with the plan of every CUDA engine; with none built or present, prints why
+/// and calls nothing.
 #[cfg(not(feature = "cuda"))]
-fn cuda_benches(_: &mut Criterion) {
+pub fn each_plan(_each: &mut dyn FnMut(&Plan<'_>)) {
     eprintln!("note: cuda/streaming skipped: built without the `cuda` feature");
+}
+
+fn cuda_benches(c: &mut Criterion) {
+    each_plan(&mut |plan| bench(c, plan));
 }
 
 criterion::criterion_group!(cuda, cuda_benches);

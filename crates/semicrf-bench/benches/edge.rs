@@ -7,7 +7,8 @@ use semicrf_cpu::{ExactEngine, ScanEngine};
 
 use crate::common::{Plan, bench};
 
-fn edge_plan<'a>(algo: &'static str, engine: &'a AnyEngine) -> Plan<'a> {
+/// The plan of an engine over materialised edges (`exact` or `scan`).
+pub fn edge_plan<'a>(algo: &'static str, engine: &'a AnyEngine) -> Plan<'a> {
     Plan {
         device: "cpu",
         algo,

@@ -15,11 +15,15 @@
 //! - [`OutputBytes`]: heap bytes held by an engine's outputs, to subtract from a peak.
 //! - [`streaming_formula_bytes`], [`lse_terms`]: the documented memory formula and the
 //!   log-sum-exp term count used to judge measurements.
+//! - [`sweep`]: the benchmark report's sweeps (T at fixed `(B, K, C)`, K at fixed `(B, T, C)`).
+//! - [`report`]: the code of the `report` binary (criterion, memory and peer results in;
+//!   `docs/benchmarks.md` and SVG plots out).
 //!
 //! # Binaries
 //!
 //! - `memory`: peak heap of streaming (and scan / exact where they fit) against
 //!   `memory_required` and the documented formula, as a table and JSON.
+//! - `report`: writes `docs/benchmarks.md` and its plots.
 //! - `exp_bound`: this machine's `exp` throughput and the fraction of it the streaming forward
 //!   achieves at S4.
 //! - `export_problem`: writes a problem as interchange JSON (`semicrf_core::model` §10) with our timings and results, for the
@@ -36,6 +40,8 @@
 #![deny(missing_docs)]
 
 pub mod alloc;
+pub mod report;
+pub mod sweep;
 
 use std::time::Instant;
 

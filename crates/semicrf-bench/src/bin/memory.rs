@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p semicrf-bench --bin memory -- [--t 1000,10000,100000,1000000]
-//!     [--shapes S8] [--json PATH]
+//!     [--shapes S8] [--sweep full|small] [--json PATH]
 //! ```
 //!
 //! For streaming forward (log) and forward+backward at `(B, K, C) = (1, 100, 24)` and each `T`,
@@ -12,9 +12,17 @@
 //! engine's `memory_required`, the yardstick formula of the bench README (`8·B·(K·C + C)` forward,
 //! `8·B·(K·C + sqrt(T·K)·C)` with the backward) and their ratios; then the same as JSON
 //! (to `PATH` when given). `--shapes` adds canonical shapes (e.g. S8: one timed run each).
+//!
+//! `--sweep NAME` measures the benchmark report's sweeps instead of the default T list
+//! (`semicrf_bench::sweep`: the T-sweep at its `(B, K, C)` and the K-sweep at its `(B, T, C)`),
+//! with scan and exact run only within the sweep's work limit and where their
+//! `memory_required` fits the facade's default memory budget (a row says where they were not
+//! run; its `memory_required` is still there), and writes the sweep, the date and the
+//! machine into the JSON for the `report` binary.
 
-use semicrf::{AnyEngine, EngineInfo, LogSemiring, Parallelism};
+use semicrf::{AnyEngine, DEFAULT_MEMORY_BUDGET, EngineInfo, LogSemiring, Parallelism};
 use semicrf_bench::alloc::{CountingAlloc, measure, warm_up_threads};
+use semicrf_bench::sweep::Sweep;
 use semicrf_bench::{
     SEED, canonical, edges_fit, human_bytes, problem, run, streaming_formula_bytes,
 };
@@ -27,6 +35,8 @@ static ALLOC: CountingAlloc = CountingAlloc;
 
 struct Row {
     label: String,
+    /// `T` or `K` for a row of the report's sweeps.
+    sweep: Option<&'static str>,
     algo: &'static str,
     op: &'static str,
     shape: Shape,
@@ -56,6 +66,7 @@ fn measure_one(
     let query = Query::of(&p, op).with_threads(semicrf_cpu::threads(Parallelism::Rayon));
     let mut row = Row {
         label: label.to_string(),
+        sweep: None,
         algo,
         op: if backward {
             "forward+backward"
@@ -87,6 +98,50 @@ fn measure_one(
     row
 }
 
+fn op_of(backward: bool) -> Op {
+    if backward {
+        Op::Backward
+    } else {
+        Op::forward::<LogSemiring>()
+    }
+}
+
+/// `memory_required` of `engine` at `shape` for the pass (f32 structured potentials).
+fn required(engine: &AnyEngine, shape: Shape, backward: bool, threads: usize) -> u64 {
+    let q = Query {
+        shape,
+        form: semicrf_core::Form::Structured {
+            duration_dependent_transition: false,
+            boundaries: [false, false],
+        },
+        op: op_of(backward),
+        dtype_bytes: 4,
+        threads,
+    };
+    engine.memory_required(&q).unwrap_or(u64::MAX)
+}
+
+/// A row for a measurement that was not made.
+fn skipped(algo: &'static str, label: &str, shape: Shape, backward: bool, required: u64) -> Row {
+    Row {
+        label: label.to_string(),
+        sweep: None,
+        algo,
+        op: if backward {
+            "forward+backward"
+        } else {
+            "forward"
+        },
+        shape,
+        ms: f64::NAN,
+        peak: 0,
+        outputs: 0,
+        required,
+        formula: streaming_formula_bytes(shape, op_of(backward)),
+        error: None,
+    }
+}
+
 fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 {
         f64::NAN
@@ -106,6 +161,7 @@ fn main() {
     let mut ts: Vec<usize> = vec![1_000, 10_000, 100_000, 1_000_000];
     let mut extra: Vec<String> = Vec::new();
     let mut json_path: Option<String> = None;
+    let mut sweep_def: Option<&'static Sweep> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -117,8 +173,18 @@ fn main() {
             }
             "--shapes" => extra = parse_list(&args.next().expect("--shapes takes a list")),
             "--json" => json_path = Some(args.next().expect("--json takes a path")),
+            "--sweep" => {
+                let name = args.next().expect("--sweep takes a name");
+                sweep_def = Some(Sweep::by_name(&name).unwrap_or_else(|e| {
+                    eprintln!("error: {e}");
+                    std::process::exit(2)
+                }));
+            }
             "-h" | "--help" => {
-                println!("usage: memory [--t 1000,10000,...] [--shapes S8,...] [--json PATH]");
+                println!(
+                    "usage: memory [--t 1000,10000,...] [--shapes S8,...] [--sweep full|small] \
+                     [--json PATH]"
+                );
                 return;
             }
             other => panic!("unknown argument {other}"),
@@ -132,27 +198,64 @@ fn main() {
     let exact = AnyEngine::Exact(ExactEngine::new());
     let threads = semicrf_cpu::threads(Parallelism::Rayon);
     let mut rows = Vec::new();
-    let mut cases: Vec<(String, Shape)> = ts
-        .iter()
-        .map(|&t| (format!("T={t}"), Shape::new(1, t, 100, 24)))
-        .collect();
+    // (label, shape, sweep): the report's sweeps, or the T list at (1, T, 100, 24).
+    let mut cases: Vec<(String, Shape, Option<&'static str>)> = match sweep_def {
+        Some(def) => {
+            let t = def
+                .t_shapes()
+                .into_iter()
+                .map(|s| (format!("T={}", s.len), s, Some("T")));
+            let k = def
+                .k_shapes()
+                .into_iter()
+                .map(|s| (format!("K={}", s.max_duration), s, Some("K")));
+            t.chain(k).collect()
+        }
+        None => ts
+            .iter()
+            .map(|&t| (format!("T={t}"), Shape::new(1, t, 100, 24), None))
+            .collect(),
+    };
     for id in &extra {
         cases.push((
             id.to_uppercase(),
             canonical(id).expect("a canonical id S1..S9"),
+            None,
         ));
     }
-    for (label, shape) in &cases {
+    for (label, shape, tag) in &cases {
         for backward in [false, true] {
-            let r = measure_one(&streaming, "streaming", label, *shape, backward);
+            let mut r = measure_one(&streaming, "streaming", label, *shape, backward);
             eprintln!("done: streaming {} {} ({:.0} ms)", r.op, label, r.ms);
+            r.sweep = *tag;
             rows.push(r);
-            if edges_fit(*shape) {
-                for (engine, name) in [(&scan, "scan"), (&exact, "exact")] {
-                    let r = measure_one(engine, name, label, *shape, backward);
-                    eprintln!("done: {name} {} {} ({:.0} ms)", r.op, label, r.ms);
-                    rows.push(r);
-                }
+            for (engine, name) in [(&scan, "scan"), (&exact, "exact")] {
+                let r = if let Some(def) = sweep_def.filter(|_| tag.is_some()) {
+                    // The report's sweeps: run where the default budget lets it run, within
+                    // the sweep's work limit.
+                    let need = required(engine, *shape, backward, threads);
+                    if !def.edges_run(*shape) {
+                        let mut r = skipped(name, label, *shape, backward, need);
+                        r.error = Some("not run: over the sweep's work limit".into());
+                        r
+                    } else if need > DEFAULT_MEMORY_BUDGET {
+                        let mut r = skipped(name, label, *shape, backward, need);
+                        r.error = Some(format!(
+                            "not run: needs {} > the default budget {}",
+                            human_bytes(need),
+                            human_bytes(DEFAULT_MEMORY_BUDGET)
+                        ));
+                        r
+                    } else {
+                        measure_one(engine, name, label, *shape, backward)
+                    }
+                } else if edges_fit(*shape) {
+                    measure_one(engine, name, label, *shape, backward)
+                } else {
+                    continue;
+                };
+                eprintln!("done: {name} {} {} ({:.0} ms)", r.op, label, r.ms);
+                rows.push(Row { sweep: *tag, ..r });
             }
         }
     }
@@ -280,9 +383,10 @@ fn main() {
         );
         canon.push(json!({"shape": c.id, "streaming": req[0], "scan": req[1], "exact": req[2]}));
     }
+    let (xb, xk, xc) = sweep_def.map_or((1, 100, 24), |d| (d.batch, d.max_duration, d.labels));
     let mut crossover = Vec::new();
     for (budget, name) in BUDGETS {
-        let mut line = format!("budget {name}: at (B, K, C) = (1, 100, 24)");
+        let mut line = format!("budget {name}: at (B, K, C) = ({xb}, {xk}, {xc})");
         let mut entry = json!({"budget": budget});
         for (engine, algo) in [
             (&streaming, "streaming"),
@@ -292,7 +396,7 @@ fn main() {
             let need = |t: usize| {
                 engine
                     .memory_required(&Query {
-                        shape: Shape::new(1, t, 100, 24),
+                        shape: Shape::new(xb, t, xk, xc),
                         form: semicrf_core::Form::Structured {
                             duration_dependent_transition: false,
                             boundaries: [false, false],
@@ -328,6 +432,7 @@ fn main() {
         .map(|r| {
             json!({
                 "case": r.label,
+                "sweep": r.sweep,
                 "shape": [r.shape.batch, r.shape.len, r.shape.max_duration, r.shape.labels],
                 "algorithm": r.algo,
                 "pass": r.op,
@@ -342,11 +447,21 @@ fn main() {
         .collect();
     let doc = json!({
         "what": "peak heap beyond inputs and outputs (counting allocator), f32 inputs",
+        "date_utc": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        "machine": semicrf_bench::report::machine(),
+        "sweep": sweep_def.map(|d| json!({
+            "name": d.name,
+            "t": {"batch": d.batch, "max_duration": d.max_duration, "labels": d.labels,
+                  "lens": d.lens},
+            "k": {"batch": d.batch, "len": d.k_len, "labels": d.labels,
+                  "durations": d.durations},
+        })),
         "threads": rayon::current_num_threads(),
         "rows": json_rows,
         "scaling": scaling,
         "canonical_memory_required_backward": canon,
-        "largest_t_within_budget_b1_k100_c24": crossover,
+        "largest_t_within_budget": {"batch": xb, "max_duration": xk, "labels": xc,
+                                    "budgets": crossover},
     });
     let text = serde_json::to_string_pretty(&doc).expect("serialisable");
     match json_path {
