@@ -1,10 +1,10 @@
 //! `semicrf._native`: the native half of the Python package `semicrf` (see `NATIVE.md`
 //! beside this crate for the contract with the Python layers).
 //!
-//! Host (numpy) arrays go to the library's `SemiCrf` ([`host`]); tensors already on a GPU go
-//! to the CUDA engine by device address ([`cuda`]). Every call releases the GIL while it
-//! computes, runs CPU work in a per-process thread pool ([`pool`]: safe across `fork`), and
-//! turns the library's errors and any panic into Python exceptions ([`errors`]).
+//! Host (numpy) arrays go to the library's `SemiCrf` (`host`); tensors already on a GPU go
+//! to the CUDA engine by device address (`cuda`). Every call releases the GIL while it
+//! computes, runs CPU work in a per-process thread pool (`pool`: safe across `fork`), and
+//! turns the library's errors and any panic into Python exceptions (`errors`).
 
 mod args;
 mod config;
