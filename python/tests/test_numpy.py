@@ -341,3 +341,31 @@ def test_the_oracle_enumerates_every_segmentation_once():
         for t in range(1, length + 1):
             n[t] = c * sum(n[t - d] for d in range(1, min(k, t) + 1))
         assert len(set(segs)) == len(segs) == n[length]
+
+
+def test_the_gil_is_released_while_computing(rng):
+    import threading
+    import time
+
+    t = 100
+    while True:  # a problem that takes at least 0.25 s here
+        p = problem(rng, b=4, t=t, c=8, k=12, lengths=(t,) * 4, full=False)
+        t0 = time.perf_counter()
+        semicrf.log_partition(**p, backend="exact")
+        alone = time.perf_counter() - t0
+        if alone >= 0.25 or t >= 100_000:
+            break
+        t *= 2
+    done = threading.Event()
+    worker = threading.Thread(
+        target=lambda: (semicrf.log_partition(**p, backend="exact"), done.set())
+    )
+    stamps = []
+    worker.start()
+    while not done.is_set():
+        stamps.append(time.perf_counter())
+        time.sleep(0.001)
+    worker.join()
+    gaps = np.diff(stamps)
+    # Holding the GIL would stop this loop for the whole call.
+    assert len(stamps) > 10 and gaps.max() < alone / 2, (len(stamps), gaps.max(), alone)
