@@ -8,8 +8,10 @@ runs the engine's forward-backward at once, with upstream 1 for every sequence, 
 the gradients (expected counts): a training step costs one engine call. The backward pass
 then weights them by the upstream gradient `g`: the per-sequence tensors row by row, the
 shared parameters (summed over the batch by the engine) by `g_0` when every `g_b` is the
-same (a sum or a mean of the losses). For any other `g` with a shared parameter to
-differentiate, the engine runs again with `g` as its upstream (`semicrf::log_partition_vjp`).
+same (a sum or a mean of the losses). For any other `g` with a shared parameter given,
+the engine runs again with `g` as its upstream. That choice depends on the values of `g`,
+so it is made inside a second opaque operator, `semicrf::log_partition_backward`: the
+backward graph that torch.compile traces holds no data-dependent branch.
 """
 
 from typing import List, Optional
@@ -104,8 +106,8 @@ def _(scores, transition, duration, start, end, begin_boundary, end_boundary, ed
     return _fake(inputs, lengths, with_grad)
 
 
-@torch.library.custom_op("semicrf::log_partition_vjp", mutates_args=())
-def log_partition_vjp_op(
+@torch.library.custom_op("semicrf::log_partition_backward", mutates_args=())
+def log_partition_backward_op(
     scores: Optional[Tensor],
     transition: Optional[Tensor],
     duration: Optional[Tensor],
@@ -119,18 +121,34 @@ def log_partition_vjp_op(
     backend: str,
     memory_budget: Optional[str],
     upstream: Tensor,
+    counts: List[Tensor],
 ) -> List[Tensor]:
-    """The gradients of Σ_b upstream[b] log Z_b, in `FLOAT_NAMES` order (log Z first)."""
+    """The gradients of Σ_b upstream[b] log Z_b, in `FLOAT_NAMES` order (empty for inputs
+    not given), from the expected `counts` the forward pass kept; the engine runs again only
+    when `upstream` is not the same for every sequence and a shared input was given."""
     inputs = _inputs((scores, transition, duration, start, end, begin_boundary, end_boundary, edges))
-    up = upstream.detach().to("cpu", torch.float64).contiguous().numpy()
-    return _run(inputs, lengths, max_duration, backend, memory_budget, True, up)
+    host = upstream.detach().to("cpu", torch.float64)
+    shared = any(inputs.get(name) is not None for name in SHARED)
+    if shared and host.numel() and not bool((host == host[0]).all()):
+        out = _run(inputs, lengths, max_duration, backend, memory_budget, True,
+                   host.contiguous().numpy())
+        return [g.clone() if g.numel() == 0 else g for g in out[1:]]
+    grads = []
+    for name, c in zip(FLOAT_NAMES, counts):
+        if c.numel() == 0 or inputs.get(name) is None:
+            grads.append(c.clone())
+        elif name in SHARED:
+            grads.append(c * host[0].item())
+        else:
+            g = upstream.detach().to(c.device, c.dtype)
+            grads.append(c * g.reshape((-1,) + (1,) * (c.dim() - 1)))
+    return grads
 
 
-@log_partition_vjp_op.register_fake
+@log_partition_backward_op.register_fake
 def _(scores, transition, duration, start, end, begin_boundary, end_boundary, edges, lengths,
-      max_duration, backend, memory_budget, upstream):
-    inputs = _inputs((scores, transition, duration, start, end, begin_boundary, end_boundary, edges))
-    return _fake(inputs, lengths, True)
+      max_duration, backend, memory_budget, upstream, counts):
+    return [torch.empty_like(c) for c in counts]
 
 
 def _setup_context(ctx, inputs, output):
@@ -153,27 +171,12 @@ def _backward(ctx, grads):
             "semicrf: the log partition was computed without gradients (grad mode was off "
             "or no input required grad); compute it again with grad enabled"
         )
-    shared_needed = any(n and name in SHARED for n, name in zip(needs, FLOAT_NAMES))
-    uniform = True
-    g0 = None
-    if shared_needed:
-        host = g.detach().to("cpu", torch.float64)
-        g0 = float(host[0])
-        uniform = bool((host == g0).all())
-    if not uniform:
-        counts = log_partition_vjp_op(
-            *floats, ctx.lengths, ctx.max_duration, ctx.backend, ctx.budget, g.detach()
-        )[1:]
-    for i, (name, need) in enumerate(zip(FLOAT_NAMES, needs)):
-        if not need or floats[i] is None:
-            continue
-        c = counts[i]
-        if uniform:
-            if name in SHARED:
-                c = c * g0
-            else:
-                c = c * g.detach().to(c.dtype).reshape((-1,) + (1,) * (c.dim() - 1))
-        result[i] = c.to(ctx.input_dtypes[i])
+    weighted = log_partition_backward_op(
+        *floats, ctx.lengths, ctx.max_duration, ctx.backend, ctx.budget, g, list(counts)
+    )
+    for i, need in enumerate(needs):
+        if need and floats[i] is not None:
+            result[i] = weighted[i].to(ctx.input_dtypes[i])
     return tuple(result)
 
 
