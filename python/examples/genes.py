@@ -17,14 +17,20 @@ def read_genbank(name):
     for line in open(os.path.join(DATA, name)):
         if line.startswith("     CDS"):
             location, state = line[21:].strip(), "cds"
-        elif state == "cds" and line.startswith(" " * 21) and location.count("(") > location.count(")"):
+        elif (
+            state == "cds"
+            and line.startswith(" " * 21)
+            and location.count("(") > location.count(")")
+        ):
             location += line.strip()
         elif line.startswith("ORIGIN"):
             seq, state = [], "origin"
         elif line.startswith("//"):
             bases = torch.tensor(["acgt".find(ch) % 5 for ch in "".join(seq)])
             labels = torch.zeros(len(bases), dtype=torch.long)
-            exons = sorted((int(a) - 1, int(b)) for a, b in re.findall(r"(\d+)\.\.>?(\d+)", location))
+            exons = sorted(
+                (int(a) - 1, int(b)) for a, b in re.findall(r"(\d+)\.\.>?(\d+)", location)
+            )
             labels[exons[0][0] : exons[-1][1]] = 2
             for a, b in exons:
                 labels[a:b] = 1
@@ -47,6 +53,6 @@ def batch(records, crop=None, generator=None):
     lengths = torch.tensor([len(b) for b, _ in parts])
     x = torch.full((len(parts), int(lengths.max())), 4, dtype=torch.long)
     y = torch.zeros_like(x)
-    for i, (b, l) in enumerate(parts):
-        x[i, : len(b)], y[i, : len(l)] = b, l
+    for i, (b, lab) in enumerate(parts):
+        x[i, : len(b)], y[i, : len(lab)] = b, lab
     return x, y, lengths

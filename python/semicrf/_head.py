@@ -37,8 +37,9 @@ class LearnedDuration(nn.Module):
 class GeometricDuration(nn.Module):
     """`log P(d) = log p + (d - 1) log(1 - p)` per label, `p = sigmoid(logit_p)`."""
 
-    def __init__(self, max_duration: int, num_classes: int, init_logit: float = 0.0,
-                 learn_rate: bool = True):
+    def __init__(
+        self, max_duration: int, num_classes: int, init_logit: float = 0.0, learn_rate: bool = True
+    ):
         super().__init__()
         self.max_duration = max_duration
         logit = torch.full((num_classes,), float(init_logit))
@@ -57,12 +58,21 @@ class GeometricDuration(nn.Module):
 class NegativeBinomialDuration(nn.Module):
     """`log P(d) = log C(d + r - 2, d - 1) + r log p + (d - 1) log(1 - p)` per label."""
 
-    def __init__(self, max_duration: int, num_classes: int, init_logit: float = 0.0,
-                 init_log_r: float = 0.0, learn_rate: bool = True, learn_shape: bool = True):
+    def __init__(
+        self,
+        max_duration: int,
+        num_classes: int,
+        init_logit: float = 0.0,
+        init_log_r: float = 0.0,
+        learn_rate: bool = True,
+        learn_shape: bool = True,
+    ):
         super().__init__()
         self.max_duration = max_duration
-        for name, value, learn in (("logit_p", init_logit, learn_rate),
-                                   ("log_r", init_log_r, learn_shape)):
+        for name, value, learn in (
+            ("logit_p", init_logit, learn_rate),
+            ("log_r", init_log_r, learn_shape),
+        ):
             t = torch.full((num_classes,), float(value))
             if learn:
                 setattr(self, name, nn.Parameter(t))
@@ -81,8 +91,13 @@ class NegativeBinomialDuration(nn.Module):
 class PoissonDuration(nn.Module):
     """`log P(d) = d log λ - log d! - λ` per label, `λ = exp(log_lambda)`."""
 
-    def __init__(self, max_duration: int, num_classes: int, init_log_lambda: float = 1.0,
-                 learn_rate: bool = True):
+    def __init__(
+        self,
+        max_duration: int,
+        num_classes: int,
+        init_log_lambda: float = 1.0,
+        learn_rate: bool = True,
+    ):
         super().__init__()
         self.max_duration = max_duration
         t = torch.full((num_classes,), float(init_log_lambda))
@@ -150,7 +165,8 @@ class SemiMarkovCRFHead(nn.Module):
         super().__init__()
         if num_classes < 1 or max_duration < 1:
             raise ValueError(
-                f"num_classes and max_duration must be at least 1, got {num_classes}, {max_duration}"
+                "num_classes and max_duration must be at least 1, "
+                f"got {num_classes} and {max_duration}"
             )
         self.num_classes = num_classes
         self.max_duration = max_duration
@@ -202,16 +218,17 @@ class SemiMarkovCRFHead(nn.Module):
 
     def _engine(self, backend: str) -> dict:
         if backend not in _BACKENDS:
-            raise ValueError(
-                f"backend: unknown {backend!r}; one of {', '.join(_BACKENDS)}"
-            )
+            raise ValueError(f"backend: unknown {backend!r}; one of {', '.join(_BACKENDS)}")
         budget = self.edge_memory_threshold
         if budget is None or math.isinf(budget):
             budget = None
-        return dict(backend=_BACKENDS[backend], memory_budget=None if budget is None else int(budget))
+        return dict(
+            backend=_BACKENDS[backend], memory_budget=None if budget is None else int(budget)
+        )
 
-    def forward(self, hidden_states: Tensor, lengths: Tensor, use_triton: bool = True,
-                backend: str = "auto") -> dict:
+    def forward(
+        self, hidden_states: Tensor, lengths: Tensor, use_triton: bool = True, backend: str = "auto"
+    ) -> dict:
         """log Z of every sequence: `{"partition": (B,), "scores": (B, T, C)}`, where
         `scores` are the per-position scores after the projection. `use_triton` is
         accepted for compatibility (the engine follows the tensors' device)."""
@@ -219,9 +236,15 @@ class SemiMarkovCRFHead(nn.Module):
         partition = st.log_partition(**p, **self._engine(backend))
         return {"partition": partition, "scores": p["scores"]}
 
-    def compute_loss(self, hidden_states: Tensor, lengths: Tensor, labels: Tensor,
-                     use_triton: bool = True, backend: str = "auto",
-                     reduction: str = "mean") -> Tensor:
+    def compute_loss(
+        self,
+        hidden_states: Tensor,
+        lengths: Tensor,
+        labels: Tensor,
+        use_triton: bool = True,
+        backend: str = "auto",
+        reduction: str = "mean",
+    ) -> Tensor:
         """The NLL of the labelled segmentation, `log Z - score(gold) >= 0`.
 
         `labels (B, T)` gives the label of every position; runs of one label are the
@@ -247,15 +270,21 @@ class SemiMarkovCRFHead(nn.Module):
         return total
 
     @torch.no_grad()
-    def decode(self, hidden_states: Tensor, lengths: Tensor, use_triton: bool = True,
-               backend: str = "auto") -> Tensor:
+    def decode(
+        self, hidden_states: Tensor, lengths: Tensor, use_triton: bool = True, backend: str = "auto"
+    ) -> Tensor:
         """The Viterbi score of every sequence, `(B,)`."""
         return self.decode_with_traceback(hidden_states, lengths, backend=backend).scores
 
     @torch.no_grad()
-    def decode_with_traceback(self, hidden_states: Tensor, lengths: Tensor,
-                              max_traceback_length: int = 10000, use_triton: bool = True,
-                              backend: str = "auto") -> st.Viterbi:
+    def decode_with_traceback(
+        self,
+        hidden_states: Tensor,
+        lengths: Tensor,
+        max_traceback_length: int = 10000,
+        use_triton: bool = True,
+        backend: str = "auto",
+    ) -> st.Viterbi:
         """The best segmentation of every sequence as padded tensors: a `Viterbi` with
         `scores (B,)`, `segments (B, S, 3)` rows `(start, duration, label)` padded with -1,
         `counts (B,)` and `labels (B, T)` (-1 past each length). Every sequence is traced
@@ -265,8 +294,9 @@ class SemiMarkovCRFHead(nn.Module):
         return st.viterbi(**p, **self._engine(backend))
 
     @torch.no_grad()
-    def marginals(self, hidden_states: Tensor, lengths: Tensor,
-                  backend: str = "auto") -> st.Marginals:
+    def marginals(
+        self, hidden_states: Tensor, lengths: Tensor, backend: str = "auto"
+    ) -> st.Marginals:
         """Position `(B, T, C)` and boundary `(B, T)` marginals of the posterior."""
         p = self._potentials(hidden_states, lengths)
         return st.marginals(**p, **self._engine(backend))

@@ -82,8 +82,16 @@ def log_partition(
     A backward pass through a sequence whose log Z is `-inf` raises ValueError.
     """
     inputs, lengths, k = _problem(
-        scores, lengths, max_duration, edges, transition=transition, duration=duration,
-        start=start, end=end, begin_boundary=begin_boundary, end_boundary=end_boundary,
+        scores,
+        lengths,
+        max_duration,
+        edges,
+        transition=transition,
+        duration=duration,
+        start=start,
+        end=end,
+        begin_boundary=begin_boundary,
+        end_boundary=end_boundary,
     )
     return _torch_ops.log_partition(inputs, lengths, k, backend, memory_budget)
 
@@ -114,8 +122,16 @@ def nll(
     the gradient is the expected counts minus the gold's counts.
     """
     inputs, lengths, k = _problem(
-        scores, lengths, max_duration, edges, transition=transition, duration=duration,
-        start=start, end=end, begin_boundary=begin_boundary, end_boundary=end_boundary,
+        scores,
+        lengths,
+        max_duration,
+        edges,
+        transition=transition,
+        duration=duration,
+        start=start,
+        end=end,
+        begin_boundary=begin_boundary,
+        end_boundary=end_boundary,
     )
     main = scores if scores is not None else edges
     c = main.shape[-1]
@@ -145,8 +161,16 @@ def gold_score(
     """The score of one given segmentation per sequence, `(B,)` float64, differentiable
     (the same formula as log Z; `gold` as for `nll`)."""
     inputs, lengths, k = _problem(
-        scores, lengths, max_duration, edges, transition=transition, duration=duration,
-        start=start, end=end, begin_boundary=begin_boundary, end_boundary=end_boundary,
+        scores,
+        lengths,
+        max_duration,
+        edges,
+        transition=transition,
+        duration=duration,
+        start=start,
+        end=end,
+        begin_boundary=begin_boundary,
+        end_boundary=end_boundary,
     )
     main = scores if scores is not None else edges
     seg, counts = gold_mod.normalize(gold, lengths, k, main.shape[-1], main.shape[0], main.device)
@@ -175,8 +199,16 @@ def viterbi(
     A sequence without a finite segmentation gets score `-inf` and no segments.
     """
     inputs, lengths, k = _problem(
-        scores, lengths, max_duration, edges, transition=transition, duration=duration,
-        start=start, end=end, begin_boundary=begin_boundary, end_boundary=end_boundary,
+        scores,
+        lengths,
+        max_duration,
+        edges,
+        transition=transition,
+        duration=duration,
+        start=start,
+        end=end,
+        begin_boundary=begin_boundary,
+        end_boundary=end_boundary,
     )
     call = Call(inputs, lengths, k, backend, memory_budget)
     best, segments = call.viterbi()
@@ -205,8 +237,16 @@ def marginals(
     """Position and boundary marginals (and edge marginals for edge input), from one
     forward-backward pass. Raises ValueError if some log Z is `-inf`."""
     inputs, lengths, k = _problem(
-        scores, lengths, max_duration, edges, transition=transition, duration=duration,
-        start=start, end=end, begin_boundary=begin_boundary, end_boundary=end_boundary,
+        scores,
+        lengths,
+        max_duration,
+        edges,
+        transition=transition,
+        duration=duration,
+        start=start,
+        end=end,
+        begin_boundary=begin_boundary,
+        end_boundary=end_boundary,
     )
     m = Call(inputs, lengths, k, backend, memory_budget).marginals()
     return Marginals(m["log_z"], m["position"], m["boundary"], m.get("edges"))
@@ -231,8 +271,16 @@ def entropy(
     """The entropy (nats) of the posterior over segmentations of each sequence, `(B,)`.
     Not differentiable. Raises ValueError if some log Z is `-inf`."""
     inputs, lengths, k = _problem(
-        scores, lengths, max_duration, edges, transition=transition, duration=duration,
-        start=start, end=end, begin_boundary=begin_boundary, end_boundary=end_boundary,
+        scores,
+        lengths,
+        max_duration,
+        edges,
+        transition=transition,
+        duration=duration,
+        start=start,
+        end=end,
+        begin_boundary=begin_boundary,
+        end_boundary=end_boundary,
     )
     return Call(inputs, lengths, k, backend, memory_budget).entropy()
 
@@ -257,8 +305,16 @@ def select(
     on these tensors, and why: a `semicrf.Selection` (`device`, `algorithm`, `required`
     bytes, `reason`). Runs nothing."""
     inputs, lengths, k = _problem(
-        scores, lengths, max_duration, edges, transition=transition, duration=duration,
-        start=start, end=end, begin_boundary=begin_boundary, end_boundary=end_boundary,
+        scores,
+        lengths,
+        max_duration,
+        edges,
+        transition=transition,
+        duration=duration,
+        start=start,
+        end=end,
+        begin_boundary=begin_boundary,
+        end_boundary=end_boundary,
     )
     return Call(inputs, lengths, k, backend, memory_budget).select(op)
 

@@ -20,7 +20,9 @@ from torch import Tensor
 _INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
-def segments_from_labels(labels: Tensor, lengths: Tensor, max_duration: int) -> Tuple[Tensor, Tensor]:
+def segments_from_labels(
+    labels: Tensor, lengths: Tensor, max_duration: int
+) -> Tuple[Tensor, Tensor]:
     """Labels per position `(B, T)` → `(segments (B, S, 3), counts (B,))`, on labels' device.
 
     Only `labels[b, :lengths[b]]` is read. Runs of one label are segments, cut every
@@ -60,9 +62,7 @@ def labels_from_segments(segments: Tensor, counts: Tensor, t_max: int) -> Tensor
         return out
     mask = torch.arange(s_max, device=device).unsqueeze(0) < counts.to(device).unsqueeze(1)
     dur = torch.where(mask, segments[..., 1], 0).clamp(min=0)
-    seg_of_pos = torch.repeat_interleave(
-        torch.arange(b * s_max, device=device), dur.reshape(-1)
-    )
+    seg_of_pos = torch.repeat_interleave(torch.arange(b * s_max, device=device), dur.reshape(-1))
     total = dur.sum(dim=1)
     pos = torch.arange(t_max, device=device).unsqueeze(0)
     filled = pos < total.unsqueeze(1)
@@ -109,7 +109,8 @@ def normalize(
             valid = torch.arange(gold.shape[1], device=device).unsqueeze(0) < lengths.unsqueeze(1)
             if gold.shape[1] < int(lengths.max()):
                 raise ValueError(
-                    f"gold: labels for {gold.shape[1]} positions, but a length is {int(lengths.max())}"
+                    f"gold: labels for {gold.shape[1]} positions, "
+                    f"but a length is {int(lengths.max())}"
                 )
             bad = (valid & ((gold < 0) | (gold >= num_labels))).nonzero()
             if bad.numel():
@@ -120,22 +121,25 @@ def normalize(
             return segments_from_labels(gold, lengths, max_duration)
         if gold.dim() != 3 or gold.shape[-1] != 3:
             raise ValueError(
-                "gold: expected labels (B, T) or segments (B, S, 3), "
-                f"got shape {tuple(gold.shape)}"
+                f"gold: expected labels (B, T) or segments (B, S, 3), got shape {tuple(gold.shape)}"
             )
         seg = gold
         counts = (seg != -1).any(dim=-1).sum(dim=1)
     elif isinstance(gold, (list, tuple)):
         seg, counts = _padded(gold, device)
     else:
-        raise TypeError(f"gold: expected a tensor or a list of segment lists, got {type(gold).__name__}")
+        raise TypeError(
+            f"gold: expected a tensor or a list of segment lists, got {type(gold).__name__}"
+        )
     _check_tiling(seg, counts, lengths, max_duration, num_labels, batch)
     return seg, counts
 
 
 def _check_tiling(seg, counts, lengths, k, c, batch) -> None:
     if seg.shape[0] != batch:
-        raise ValueError(f"gold: {seg.shape[0]} segmentations given, expected one per sequence (B = {batch})")
+        raise ValueError(
+            f"gold: {seg.shape[0]} segmentations given, expected one per sequence (B = {batch})"
+        )
     s_max = seg.shape[1]
     idx = torch.arange(s_max, device=seg.device).unsqueeze(0)
     mask = idx < counts.unsqueeze(1)
@@ -144,22 +148,23 @@ def _check_tiling(seg, counts, lengths, k, c, batch) -> None:
     problems = [
         (mask & (start != expected_start), "segment {i} starts at {s}, expected {e}"),
         (mask & ((dur < 1) | (dur > k)), "segment {i} has duration {d}, outside 1..={k}"),
-        (mask & ((lab < 0) | (lab >= c)), "segment {i} has label {l}, outside 0..{c}"),
+        (mask & ((lab < 0) | (lab >= c)), "segment {i} has label {lab}, outside 0..{c}"),
         (~mask & (seg != -1).any(dim=-1), "row {i} after the last segment is not (-1, -1, -1)"),
     ]
     for bad, text in problems:
         hit = bad.nonzero()
         if hit.numel():
             b, i = int(hit[0, 0]), int(hit[0, 1])
-            s, d, l = (int(x) for x in seg[b, i])
+            s, d, lab = (int(x) for x in seg[b, i])
             e = int(expected_start[b, i])
-            raise ValueError(f"gold[{b}]: " + text.format(i=i, s=s, e=e, d=d, l=l, k=k, c=c))
+            raise ValueError(f"gold[{b}]: " + text.format(i=i, s=s, e=e, d=d, lab=lab, k=k, c=c))
     total = torch.where(mask, dur, 0).sum(dim=1)
     bad = (total != lengths).nonzero()
     if bad.numel():
         b = int(bad[0, 0])
         raise ValueError(
-            f"gold[{b}]: the segments cover {int(total[b])} positions, but the length is {int(lengths[b])}"
+            f"gold[{b}]: the segments cover {int(total[b])} positions, "
+            f"but the length is {int(lengths[b])}"
         )
     if bool((counts == 0).any()):
         b = int((counts == 0).nonzero()[0, 0])
@@ -187,7 +192,9 @@ def gold_score(inputs: dict, seg: Tensor, counts: Tensor, lengths: Tensor) -> Te
         first = e[torch.arange(b, device=device), 0, dur[:, 0] - 1, lab[:, 0]]  # (B, C)
         dead = torch.isneginf(first).all(dim=1, keepdim=True)
         first_lse = torch.logsumexp(torch.where(dead, torch.zeros_like(first), first), dim=1)
-        first_lse = torch.where(dead.squeeze(1), torch.full_like(first_lse, float("-inf")), first_lse)
+        first_lse = torch.where(
+            dead.squeeze(1), torch.full_like(first_lse, float("-inf")), first_lse
+        )
         rest = e[rows, start, dur - 1, lab, prev]
         return first_lse + _masked_sum(rest, later)
     scores = inputs["scores"].double()

@@ -95,14 +95,31 @@ def log_partition_op(
 ) -> List[Tensor]:
     """log Z `(B,)`, then (when `with_grad`) the gradients of Σ_b log Z_b, one per floating
     input in `FLOAT_NAMES` order (empty for inputs not given)."""
-    inputs = _inputs((scores, transition, duration, start, end, begin_boundary, end_boundary, edges))
+    inputs = _inputs(
+        (scores, transition, duration, start, end, begin_boundary, end_boundary, edges)
+    )
     return _run(inputs, lengths, max_duration, backend, memory_budget, with_grad, None)
 
 
 @log_partition_op.register_fake
-def _(scores, transition, duration, start, end, begin_boundary, end_boundary, edges, lengths,
-      max_duration, backend, memory_budget, with_grad):
-    inputs = _inputs((scores, transition, duration, start, end, begin_boundary, end_boundary, edges))
+def _(
+    scores,
+    transition,
+    duration,
+    start,
+    end,
+    begin_boundary,
+    end_boundary,
+    edges,
+    lengths,
+    max_duration,
+    backend,
+    memory_budget,
+    with_grad,
+):
+    inputs = _inputs(
+        (scores, transition, duration, start, end, begin_boundary, end_boundary, edges)
+    )
     return _fake(inputs, lengths, with_grad)
 
 
@@ -126,12 +143,15 @@ def log_partition_backward_op(
     """The gradients of Σ_b upstream[b] log Z_b, in `FLOAT_NAMES` order (empty for inputs
     not given), from the expected `counts` the forward pass kept; the engine runs again only
     when `upstream` is not the same for every sequence and a shared input was given."""
-    inputs = _inputs((scores, transition, duration, start, end, begin_boundary, end_boundary, edges))
+    inputs = _inputs(
+        (scores, transition, duration, start, end, begin_boundary, end_boundary, edges)
+    )
     host = upstream.detach().to("cpu", torch.float64)
     shared = any(inputs.get(name) is not None for name in SHARED)
     if shared and host.numel() and not bool((host == host[0]).all()):
-        out = _run(inputs, lengths, max_duration, backend, memory_budget, True,
-                   host.contiguous().numpy())
+        out = _run(
+            inputs, lengths, max_duration, backend, memory_budget, True, host.contiguous().numpy()
+        )
         return [g.clone() if g.numel() == 0 else g for g in out[1:]]
     grads = []
     for name, c in zip(FLOAT_NAMES, counts):
@@ -146,8 +166,22 @@ def log_partition_backward_op(
 
 
 @log_partition_backward_op.register_fake
-def _(scores, transition, duration, start, end, begin_boundary, end_boundary, edges, lengths,
-      max_duration, backend, memory_budget, upstream, counts):
+def _(
+    scores,
+    transition,
+    duration,
+    start,
+    end,
+    begin_boundary,
+    end_boundary,
+    edges,
+    lengths,
+    max_duration,
+    backend,
+    memory_budget,
+    upstream,
+    counts,
+):
     return [torch.empty_like(c) for c in counts]
 
 
@@ -188,9 +222,7 @@ def log_partition(
 ) -> Tensor:
     """log Z `(B,)`, differentiable with respect to every floating input that was given."""
     args = [inputs.get(name) for name in FLOAT_NAMES]
-    with_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in args
-    )
+    with_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args)
     budget = None if memory_budget is None else str(memory_budget)
     out = log_partition_op(*args, lengths, max_duration, backend, budget, with_grad)
     return out[0]

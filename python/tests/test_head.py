@@ -17,13 +17,25 @@ def device(request):
 
 # flash_semicrf.SemiMarkovCRFHead 0.2.0: constructor and method parameters, in order.
 FLASH_API = {
-    "__init__": ["num_classes", "max_duration", "hidden_dim", "init_scale",
-                 "duration_distribution", "edge_memory_threshold", "num_warps"],
+    "__init__": [
+        "num_classes",
+        "max_duration",
+        "hidden_dim",
+        "init_scale",
+        "duration_distribution",
+        "edge_memory_threshold",
+        "num_warps",
+    ],
     "forward": ["hidden_states", "lengths", "use_triton", "backend"],
     "compute_loss": ["hidden_states", "lengths", "labels", "use_triton", "backend", "reduction"],
     "decode": ["hidden_states", "lengths", "use_triton", "backend"],
-    "decode_with_traceback": ["hidden_states", "lengths", "max_traceback_length", "use_triton",
-                              "backend"],
+    "decode_with_traceback": [
+        "hidden_states",
+        "lengths",
+        "max_traceback_length",
+        "use_triton",
+        "backend",
+    ],
     "parameter_penalty": ["p"],
 }
 
@@ -48,15 +60,24 @@ def head_and_inputs(device, b=3, t=6, c=3, k=3, hidden=None, seed=0):
 
 def test_the_loss_is_the_nll_of_the_labelled_runs_cut_at_max_duration(device):
     head, x, lengths = head_and_inputs(device)
-    labels = torch.tensor([[2, 2, 2, 2, 0, 1], [1, 1, 0, 0, 0, 0], [0, 1, 0, 1, 0, 1]],
-                          device=device)
+    labels = torch.tensor(
+        [[2, 2, 2, 2, 0, 1], [1, 1, 0, 0, 0, 0], [0, 1, 0, 1, 0, 1]], device=device
+    )
     loss = head.compute_loss(x, lengths, labels, reduction="none")
     assert loss.shape == (3,) and (loss >= 0).all()
-    p = {"scores": x, "transition": head.transition, "duration": head.duration_bias,
-         "start": head.start, "end": head.end}
+    p = {
+        "scores": x,
+        "transition": head.transition,
+        "duration": head.duration_bias,
+        "start": head.start,
+        "end": head.end,
+    }
     q = as_numpy(p, lengths, 3)
-    gold = [[(0, 3, 2), (3, 1, 2), (4, 1, 0), (5, 1, 1)], [(0, 2, 1), (2, 2, 0)],
-            [(0, 1, 0), (1, 1, 1), (2, 1, 0)]]
+    gold = [
+        [(0, 3, 2), (3, 1, 2), (4, 1, 0), (5, 1, 1)],
+        [(0, 2, 1), (2, 2, 0)],
+        [(0, 1, 0), (1, 1, 1), (2, 1, 0)],
+    ]
     for i in range(3):
         expect = brute_force(q, i)["log_z"] - structured_score(q, i, gold[i])
         assert abs(loss[i].item() - expect) < 1e-10 * max(1.0, abs(expect))
@@ -64,8 +85,10 @@ def test_the_loss_is_the_nll_of_the_labelled_runs_cut_at_max_duration(device):
     total = head.compute_loss(x, lengths, labels, reduction="sum")
     torch.testing.assert_close(mean * 3, total)
     out = head(x, lengths)
-    torch.testing.assert_close(out["partition"], st.log_partition(
-        x, lengths, 3, head.transition, head.duration_bias, head.start, head.end))
+    torch.testing.assert_close(
+        out["partition"],
+        st.log_partition(x, lengths, 3, head.transition, head.duration_bias, head.start, head.end),
+    )
 
 
 def test_decoding_gives_padded_tensors_whose_score_is_the_viterbi_score(device):
@@ -78,13 +101,23 @@ def test_decoding_gives_padded_tensors_whose_score_is_the_viterbi_score(device):
     for i in range(b):
         n = int(res.counts[i])
         assert int(res.segments[i, :n, 1].sum()) == int(lengths[i])
-        assert (res.labels[i, int(lengths[i]):] == -1).all()
-    gold = st.gold_score(x, lengths, 4, head.transition, head.duration_bias, head.start,
-                         head.end, gold=res.segments)
+        assert (res.labels[i, int(lengths[i]) :] == -1).all()
+    gold = st.gold_score(
+        x, lengths, 4, head.transition, head.duration_bias, head.start, head.end, gold=res.segments
+    )
     torch.testing.assert_close(gold, res.scores, atol=1e-10, rtol=1e-12)
     torch.testing.assert_close(head.decode(x, lengths), res.scores)
-    q = as_numpy({"scores": x, "transition": head.transition, "duration": head.duration_bias,
-                  "start": head.start, "end": head.end}, lengths, 4)
+    q = as_numpy(
+        {
+            "scores": x,
+            "transition": head.transition,
+            "duration": head.duration_bias,
+            "start": head.start,
+            "end": head.end,
+        },
+        lengths,
+        4,
+    )
     for i in range(b):
         assert abs(res.scores[i].item() - brute_force(q, i)["viterbi"]) < 1e-10
 
@@ -94,23 +127,25 @@ def test_gradients_reach_the_projection_and_every_parameter(device):
     labels = torch.tensor([[0, 0, 1, 2, 2], [1, 1, 1, 0, 0]], device=device)
     x.requires_grad_(True)
     assert torch.autograd.gradcheck(
-        lambda h: head.compute_loss(h, lengths, labels, reduction="none"), (x,),
-        eps=1e-6, atol=1e-7)
+        lambda h: head.compute_loss(h, lengths, labels, reduction="none"), (x,), eps=1e-6, atol=1e-7
+    )
     head.compute_loss(x, lengths, labels).backward()
     for name, param in head.named_parameters():
         assert param.grad is not None and torch.isfinite(param.grad).all(), name
 
 
-@pytest.mark.parametrize("dist", ["learned", "geometric", "negative_binomial", "poisson",
-                                  "uniform"])
+@pytest.mark.parametrize(
+    "dist", ["learned", "geometric", "negative_binomial", "poisson", "uniform"]
+)
 def test_every_duration_distribution_gives_a_k_by_c_score(dist):
     head = st.SemiMarkovCRFHead(num_classes=3, max_duration=200, duration_distribution=dist)
     bias = head.duration_bias
     assert bias.shape == (200, 3) and torch.isfinite(bias).all()
     if dist in ("geometric", "negative_binomial"):
         # normalised distributions over 1, 2, ...: the mass of 1..200 is (almost) 1
-        torch.testing.assert_close(bias.double().exp().sum(0), torch.ones(3, dtype=torch.float64),
-                                   atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            bias.double().exp().sum(0), torch.ones(3, dtype=torch.float64), atol=1e-6, rtol=0
+        )
 
 
 def test_a_few_steps_of_training_reduce_the_loss():
@@ -140,8 +175,9 @@ def test_bad_inputs_raise_value_errors():
     with pytest.raises(ValueError, match="gold"):
         head.compute_loss(torch.randn(2, 5, 3), lengths, torch.full((2, 5), 3))
     with pytest.raises(ValueError, match="reduction"):
-        head.compute_loss(torch.randn(2, 5, 3), lengths, torch.zeros(2, 5, dtype=torch.long),
-                          reduction="max")
+        head.compute_loss(
+            torch.randn(2, 5, 3), lengths, torch.zeros(2, 5, dtype=torch.long), reduction="max"
+        )
     with pytest.raises(ValueError, match="backend"):
         head(torch.randn(2, 5, 3), lengths, backend="binary_tree_sharded")
     with pytest.raises(ValueError, match="duration_distribution"):
@@ -150,5 +186,11 @@ def test_bad_inputs_raise_value_errors():
 
 def test_the_state_dict_keeps_flash_semicrfs_keys_plus_start_and_end():
     head = st.SemiMarkovCRFHead(num_classes=3, max_duration=4, hidden_dim=8)
-    assert set(head.state_dict()) == {"transition", "start", "end", "duration_dist.duration_bias",
-                                      "projection.weight", "projection.bias"}
+    assert set(head.state_dict()) == {
+        "transition",
+        "start",
+        "end",
+        "duration_dist.duration_bias",
+        "projection.weight",
+        "projection.bias",
+    }

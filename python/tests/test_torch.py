@@ -50,8 +50,9 @@ def test_log_z_marginals_and_viterbi_match_brute_force(device, case):
     b, t, c, k, with_, t3 = case
     if device.type == "cuda" and t3:
         pytest.skip("the CUDA engine takes a (C, C) transition")
-    p, lengths = random_problem(torch, b, t, c, k, seed=b * 100 + t * 10 + c, with_=with_,
-                                transition_3d=t3)
+    p, lengths = random_problem(
+        torch, b, t, c, k, seed=b * 100 + t * 10 + c, with_=with_, transition_3d=t3
+    )
     q = as_numpy(p, lengths, k)
     x = on(p, device)
     log_z = st.log_partition(**x, lengths=lengths, max_duration=k)
@@ -112,8 +113,9 @@ def test_log_partition_gradients_match_finite_differences(device, name):
 def test_three_dimensional_transition_gradients_match_finite_differences():
     p, lengths = random_problem(torch, 2, 4, 2, 3, seed=12, transition_3d=True)
     tr = p.pop("transition").requires_grad_(True)
-    _gradcheck(lambda v: st.log_partition(**p, transition=v, lengths=lengths, max_duration=3),
-               (tr,))
+    _gradcheck(
+        lambda v: st.log_partition(**p, transition=v, lengths=lengths, max_duration=3), (tr,)
+    )
 
 
 def test_edge_gradients_match_finite_differences():
@@ -175,8 +177,12 @@ def test_ten_runs_give_bitwise_identical_gradients(device):
     grads = []
     for _ in range(10):
         x = on(p, device, requires_grad=True)
-        st.nll(**x, lengths=lengths, max_duration=6,
-               gold=torch.zeros(4, 40, dtype=torch.long, device=device)).mean().backward()
+        st.nll(
+            **x,
+            lengths=lengths,
+            max_duration=6,
+            gold=torch.zeros(4, 40, dtype=torch.long, device=device),
+        ).mean().backward()
         grads.append([x[n].grad.cpu() for n in sorted(x)])
     for other in grads[1:]:
         for a, b in zip(grads[0], other):
@@ -207,9 +213,14 @@ def test_low_precision_inputs_run_as_float32_with_gradients_in_their_dtype(devic
     log_z.sum().backward()
     ref = {k: v.to(device, dtype).double().requires_grad_(True) for k, v in p.items()}
     st.log_partition(**ref, lengths=lengths, max_duration=4).sum().backward()
-    torch.testing.assert_close(log_z.double(), st.log_partition(
-        **{k: v.detach() for k, v in ref.items()}, lengths=lengths, max_duration=4),
-        atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(
+        log_z.double(),
+        st.log_partition(
+            **{k: v.detach() for k, v in ref.items()}, lengths=lengths, max_duration=4
+        ),
+        atol=1e-4,
+        rtol=1e-5,
+    )
     for k in x:
         assert x[k].grad.dtype == dtype
         tol = 1e-2 if dtype in (torch.bfloat16, torch.float16) else 1e-5
@@ -222,8 +233,9 @@ def test_non_contiguous_inputs_give_the_contiguous_result(device):
     scores_t = x["scores"].transpose(0, 1).contiguous().transpose(0, 1).requires_grad_(True)
     tr_t = x["transition"].t().contiguous().t().requires_grad_(True)
     assert not scores_t.is_contiguous() and not tr_t.is_contiguous()
-    a = st.log_partition(**{**x, "scores": scores_t, "transition": tr_t}, lengths=lengths,
-                         max_duration=3)
+    a = st.log_partition(
+        **{**x, "scores": scores_t, "transition": tr_t}, lengths=lengths, max_duration=3
+    )
     a.sum().backward()
     y = on(p, device, requires_grad=True)
     b = st.log_partition(**y, lengths=lengths, max_duration=3)
@@ -291,8 +303,11 @@ def test_bad_tensors_raise_value_errors_naming_them():
     with pytest.raises(ValueError, match="lengths"):
         st.log_partition(**p, lengths=torch.tensor([5]), max_duration=3)
     with pytest.raises(TypeError, match="transition"):
-        st.log_partition(**{**p, "transition": torch.zeros(3, 3, dtype=torch.long)},
-                         lengths=lengths, max_duration=3)
+        st.log_partition(
+            **{**p, "transition": torch.zeros(3, 3, dtype=torch.long)},
+            lengths=lengths,
+            max_duration=3,
+        )
     with pytest.raises(ValueError, match="either"):
         st.log_partition(lengths=lengths, max_duration=3)
 
@@ -306,8 +321,12 @@ def test_non_finite_potentials_are_rejected_by_name():
     bad = p["scores"].clone()
     bad[0, 1, 1] = float("inf")
     with pytest.raises(ValueError, match="scores"):
-        st.nll(**{**p, "scores": bad}, lengths=lengths, max_duration=3,
-               gold=torch.zeros(2, 5, dtype=torch.long))
+        st.nll(
+            **{**p, "scores": bad},
+            lengths=lengths,
+            max_duration=3,
+            gold=torch.zeros(2, 5, dtype=torch.long),
+        )
 
 
 def test_bad_gold_segmentations_raise_value_errors():
@@ -332,8 +351,13 @@ def test_budget_and_backend_errors_map_to_python_exceptions():
     with pytest.raises((RuntimeError, ValueError)):
         st.log_partition(**p, lengths=lengths, max_duration=3, backend="fast")
     with pytest.raises(ValueError, match="edges"):
-        st.log_partition(**p, lengths=lengths, max_duration=3, backend="streaming",
-                         edges=torch.zeros(2, 5, 3, 3, 3, dtype=torch.float64))
+        st.log_partition(
+            **p,
+            lengths=lengths,
+            max_duration=3,
+            backend="streaming",
+            edges=torch.zeros(2, 5, 3, 3, 3, dtype=torch.float64),
+        )
 
 
 def test_select_names_the_engine():
@@ -350,12 +374,26 @@ def test_the_operator_passes_torch_library_opcheck():
     from semicrf._torch_ops import log_partition_op
 
     p, lengths = random_problem(torch, 2, 5, 3, 3, seed=6)
-    args = [p["scores"].requires_grad_(True), p["transition"], p["duration"], p["start"],
-            p["end"], p["begin_boundary"], p["end_boundary"], None, lengths, 3, "auto", None,
-            True]
-    torch.library.opcheck(log_partition_op, args,
-                          test_utils=("test_schema", "test_faketensor",
-                                      "test_aot_dispatch_dynamic"))
+    args = [
+        p["scores"].requires_grad_(True),
+        p["transition"],
+        p["duration"],
+        p["start"],
+        p["end"],
+        p["begin_boundary"],
+        p["end_boundary"],
+        None,
+        lengths,
+        3,
+        "auto",
+        None,
+        True,
+    ]
+    torch.library.opcheck(
+        log_partition_op,
+        args,
+        test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"),
+    )
 
 
 def test_compiled_training_step_gives_the_eager_gradients():
@@ -363,8 +401,9 @@ def test_compiled_training_step_gives_the_eager_gradients():
     labels = torch.tensor([[0, 0, 1, 1, 2, 2], [1, 1, 1, 0, 0, 0]])
 
     def step(scores, transition):
-        return st.nll(scores=scores * 2.0, transition=transition, lengths=lengths,
-                      max_duration=3, gold=labels).sum()
+        return st.nll(
+            scores=scores * 2.0, transition=transition, lengths=lengths, max_duration=3, gold=labels
+        ).sum()
 
     eager = {k: p[k].clone().requires_grad_(True) for k in ("scores", "transition")}
     step(**eager).backward()

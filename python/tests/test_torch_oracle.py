@@ -120,8 +120,9 @@ def test_the_enumeration_counts_every_segmentation_once():
 OPTIONAL = ("transition", "duration", "start", "end", "begin_boundary", "end_boundary")
 
 
-def random_problem(torch, b, t, c, k, seed, with_=OPTIONAL, transition_3d=False, scale=1.0,
-                   lengths=None):
+def random_problem(
+    torch, b, t, c, k, seed, with_=OPTIONAL, transition_3d=False, scale=1.0, lengths=None
+):
     """Random f64 potentials (CPU tensors) of the given shape; `with_` names the optional
     inputs to include."""
     g = torch.Generator().manual_seed(seed)

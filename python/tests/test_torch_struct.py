@@ -81,12 +81,15 @@ def test_edge_log_z_marginals_and_viterbi_equal_torch_struct(shape):
     ref_z = per_sequence(torch_struct.LogSemiring, edges, lengths)
     ref_m = per_sequence(torch_struct.LogSemiring, edges, lengths, marginals=True)
     ref_v = per_sequence(torch_struct.MaxSemiring, edges, lengths)
-    torch.testing.assert_close(st.log_partition(edges=edges, lengths=lengths), ref_z,
-                               atol=0, rtol=TOL)
-    torch.testing.assert_close(st.marginals(edges=edges, lengths=lengths).edges, ref_m,
-                               atol=TOL, rtol=0)
-    torch.testing.assert_close(st.viterbi(edges=edges, lengths=lengths).scores, ref_v,
-                               atol=0, rtol=TOL)
+    torch.testing.assert_close(
+        st.log_partition(edges=edges, lengths=lengths), ref_z, atol=0, rtol=TOL
+    )
+    torch.testing.assert_close(
+        st.marginals(edges=edges, lengths=lengths).edges, ref_m, atol=TOL, rtol=0
+    )
+    torch.testing.assert_close(
+        st.viterbi(edges=edges, lengths=lengths).scores, ref_v, atol=0, rtol=TOL
+    )
 
 
 @pytest.mark.parametrize("shape", [(2, 6, 3, 3), (3, 5, 2, 1), (2, 4, 4, 5)])
@@ -102,8 +105,9 @@ def test_structured_log_z_and_viterbi_equal_torch_struct_on_the_materialized_edg
     torch.testing.assert_close(z.cpu(), ref_z, atol=0, rtol=TOL)
     torch.testing.assert_close(v.cpu(), ref_v, atol=0, rtol=TOL)
     # The same edges through our edge form, too.
-    torch.testing.assert_close(st.log_partition(edges=edges, lengths=lengths), ref_z,
-                               atol=0, rtol=TOL)
+    torch.testing.assert_close(
+        st.log_partition(edges=edges, lengths=lengths), ref_z, atol=0, rtol=TOL
+    )
 
 
 def test_in_a_ragged_batch_torch_struct_errs_where_we_agree_with_brute_force():
@@ -111,13 +115,19 @@ def test_in_a_ragged_batch_torch_struct_errs_where_we_agree_with_brute_force():
 
     edges, _ = random_edges(2, 6, 3, 3)
     lengths = torch.tensor([6, 4])
-    batched = torch_struct.SemiMarkov(torch_struct.LogSemiring).sum(
-        theirs(edges), lengths=lengths + 1).detach()
+    batched = (
+        torch_struct.SemiMarkov(torch_struct.LogSemiring)
+        .sum(theirs(edges), lengths=lengths + 1)
+        .detach()
+    )
     ours = st.log_partition(edges=edges, lengths=lengths)
-    oracle = [brute_force({"edges": edges.numpy(), "lengths": lengths.numpy()}, b, edges=True)
-              for b in range(2)]
+    oracle = [
+        brute_force({"edges": edges.numpy(), "lengths": lengths.numpy()}, b, edges=True)
+        for b in range(2)
+    ]
     for b in range(2):
         assert abs(ours[b].item() - oracle[b]["log_z"]) <= TOL * abs(oracle[b]["log_z"])
     assert abs(batched[0].item() - oracle[0]["log_z"]) > 0.1  # torch-struct 0.5's error
-    torch.testing.assert_close(per_sequence(torch_struct.LogSemiring, edges, lengths), ours,
-                               atol=0, rtol=TOL)
+    torch.testing.assert_close(
+        per_sequence(torch_struct.LogSemiring, edges, lengths), ours, atol=0, rtol=TOL
+    )
