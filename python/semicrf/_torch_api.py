@@ -135,9 +135,11 @@ def nll(
     )
     main = scores if scores is not None else edges
     c = main.shape[-1]
-    seg, counts = gold_mod.normalize(gold, lengths, k, c, main.shape[0], main.device)
+    labels, starts = gold_mod.normalize(
+        gold, lengths, k, c, main.shape[0], main.shape[1], main.device
+    )
     log_z = _torch_ops.log_partition(inputs, lengths, k, backend, memory_budget)
-    g = gold_mod.gold_score(inputs, seg, counts, lengths.to(main.device))
+    g = gold_mod.gold_score(inputs, labels, starts, lengths)
     forbidden = torch.isneginf(g)
     diff = log_z.double() - torch.where(forbidden, torch.zeros_like(g), g)
     out = torch.where(forbidden, torch.full_like(diff, float("inf")), diff)
@@ -173,8 +175,10 @@ def gold_score(
         end_boundary=end_boundary,
     )
     main = scores if scores is not None else edges
-    seg, counts = gold_mod.normalize(gold, lengths, k, main.shape[-1], main.shape[0], main.device)
-    return gold_mod.gold_score(inputs, seg, counts, lengths.to(main.device))
+    labels, starts = gold_mod.normalize(
+        gold, lengths, k, main.shape[-1], main.shape[0], main.shape[1], main.device
+    )
+    return gold_mod.gold_score(inputs, labels, starts, lengths)
 
 
 @torch.no_grad()

@@ -73,22 +73,28 @@ def labels_from_segments(segments: Tensor, counts: Tensor, t_max: int) -> Tensor
 
 def _padded(gold, device) -> Tuple[Tensor, Tensor]:
     """A list (per sequence) of lists of (start, duration, label) → padded tensors."""
-    rows = [list(map(tuple, g)) for g in gold]
-    s_max = max((len(r) for r in rows), default=0)
-    seg = torch.full((len(rows), s_max, 3), -1, dtype=torch.int64)
-    for b, r in enumerate(rows):
-        for i, triple in enumerate(r):
-            if len(triple) != 3:
-                raise ValueError(f"gold[{b}][{i}]: expected (start, duration, label), got {triple}")
-            seg[b, i] = torch.tensor([int(x) for x in triple])
-    counts = torch.tensor([len(r) for r in rows], dtype=torch.int64)
-    return seg.to(device), counts.to(device)
+    counts = [len(g) for g in gold]
+    s_max = max(counts, default=0)
+    flat = [x for g in gold for triple in g for x in triple]
+    if len(flat) != 3 * sum(counts):
+        for b, g in enumerate(gold):
+            for i, triple in enumerate(g):
+                if len(triple) != 3:
+                    raise ValueError(
+                        f"gold[{b}][{i}]: expected (start, duration, label), got {triple}"
+                    )
+    seg = torch.full((len(gold), s_max, 3), -1, dtype=torch.int64)
+    counts_t = torch.tensor(counts, dtype=torch.int64)
+    mask = torch.arange(s_max).unsqueeze(0) < counts_t.unsqueeze(1)
+    seg[mask] = torch.tensor(flat, dtype=torch.int64).reshape(-1, 3)
+    return seg.to(device), counts_t.to(device)
 
 
 def normalize(
-    gold, lengths: Tensor, max_duration: int, num_labels: int, batch: int, device
+    gold, lengths: Tensor, max_duration: int, num_labels: int, batch: int, t_max: int, device
 ) -> Tuple[Tensor, Tensor]:
-    """Any accepted gold form → checked `(segments (B, S, 3), counts (B,))` on `device`.
+    """Any accepted gold form → checked `(labels (B, T), starts (B, T))` on `device`: the
+    label of every position (-1 past each length) and whether a segment starts there.
 
     Accepted: labels per position `(B, T)` (integer tensor), padded segments `(B, S, 3)`
     (integer tensor, rows of -1 after the last segment), or a list of `(start, duration,
@@ -96,6 +102,7 @@ def normalize(
     segmentation that does not tile `[0, lengths[b])` with durations in `1..=K` and labels
     in `0..C`.
     """
+    host_lengths = lengths
     lengths = lengths.to(device)
     if isinstance(gold, Tensor):
         if gold.dtype not in _INTS:
@@ -106,19 +113,21 @@ def normalize(
         if gold.dim() == 2:
             if gold.shape[0] != batch:
                 raise ValueError(f"gold: expected {batch} rows of labels, got {gold.shape[0]}")
-            valid = torch.arange(gold.shape[1], device=device).unsqueeze(0) < lengths.unsqueeze(1)
-            if gold.shape[1] < int(lengths.max()):
+            if gold.shape[1] < int(host_lengths.max()):
                 raise ValueError(
                     f"gold: labels for {gold.shape[1]} positions, "
-                    f"but a length is {int(lengths.max())}"
+                    f"but a length is {int(host_lengths.max())}"
                 )
-            bad = (valid & ((gold < 0) | (gold >= num_labels))).nonzero()
-            if bad.numel():
-                b, t = int(bad[0, 0]), int(bad[0, 1])
+            gold = gold[:, :t_max]
+            valid = torch.arange(gold.shape[1], device=device).unsqueeze(0) < lengths.unsqueeze(1)
+            bad = valid & ((gold < 0) | (gold >= num_labels))
+            if bool(bad.any()):
+                b, t = (int(v) for v in bad.nonzero()[0])
                 raise ValueError(
                     f"gold[{b}, {t}] = {int(gold[b, t])} is not a label in 0..{num_labels}"
                 )
-            return segments_from_labels(gold, lengths, max_duration)
+            labels = torch.where(valid, gold, -1)
+            return labels, _starts_from_labels(labels, lengths, max_duration)
         if gold.dim() != 3 or gold.shape[-1] != 3:
             raise ValueError(
                 f"gold: expected labels (B, T) or segments (B, S, 3), got shape {tuple(gold.shape)}"
@@ -132,7 +141,25 @@ def normalize(
             f"gold: expected a tensor or a list of segment lists, got {type(gold).__name__}"
         )
     _check_tiling(seg, counts, lengths, max_duration, num_labels, batch)
-    return seg, counts
+    return labels_from_segments(seg, counts, t_max), _starts_from_segments(seg, counts, t_max)
+
+
+def _starts_from_labels(labels: Tensor, lengths: Tensor, k: int) -> Tensor:
+    """Where a segment starts: a change of label, or every `k` positions within a run."""
+    b, t = labels.shape
+    pos = torch.arange(t, device=labels.device).unsqueeze(0)
+    change = torch.ones_like(labels, dtype=torch.bool)
+    change[:, 1:] = labels[:, 1:] != labels[:, :-1]
+    run_start = torch.cummax(torch.where(change, pos, 0), dim=1).values
+    return (((pos - run_start) % k) == 0) & (pos < lengths.unsqueeze(1))
+
+
+def _starts_from_segments(seg: Tensor, counts: Tensor, t_max: int) -> Tensor:
+    b, s_max, _ = seg.shape
+    mask = torch.arange(s_max, device=seg.device).unsqueeze(0) < counts.unsqueeze(1)
+    starts = torch.zeros((b, t_max + 1), dtype=torch.bool, device=seg.device)
+    starts.scatter_(1, torch.where(mask, seg[..., 0], t_max), True)
+    return starts[:, :t_max]
 
 
 def _check_tiling(seg, counts, lengths, k, c, batch) -> None:
@@ -175,50 +202,55 @@ def _masked_sum(values: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, values, torch.zeros_like(values)).sum(dim=1)
 
 
-def gold_score(inputs: dict, seg: Tensor, counts: Tensor, lengths: Tensor) -> Tensor:
-    """The score of each gold segmentation `(B,)`, float64, differentiable."""
-    device = seg.device
-    b, s_max, _ = seg.shape
-    mask = torch.arange(s_max, device=device).unsqueeze(0) < counts.unsqueeze(1)
-    start = torch.where(mask, seg[..., 0], 0)
-    dur = torch.where(mask, seg[..., 1], 1)
-    lab = torch.where(mask, seg[..., 2], 0)
+def gold_score(inputs: dict, labels: Tensor, starts: Tensor, lengths: Tensor) -> Tensor:
+    """The score of each gold segmentation `(B,)`, float64, differentiable; the segmentation
+    given by the label of every position and where its segments start (`normalize`)."""
+    device = labels.device
+    b, t_max = labels.shape
+    pos = torch.arange(t_max, device=device).unsqueeze(0)
+    lengths = lengths.to(device).unsqueeze(1)
+    valid = pos < lengths
+    lab = labels.clamp(min=0)
+    following = torch.cat([starts[:, 1:], torch.ones_like(starts[:, :1])], dim=1)
+    ends = valid & (following | (pos == lengths - 1))
+    seg_start = torch.cummax(torch.where(starts, pos, 0), dim=1).values
+    dur_at_end = pos - seg_start + 1
+    end_at = torch.where(ends, pos, t_max).flip(1).cummin(dim=1).values.flip(1)
+    dur_at_start = (end_at - pos + 1).clamp(min=1)
     prev = torch.cat([lab[:, :1], lab[:, :-1]], dim=1)
-    later = mask.clone()
-    later[:, :1] = False
-    rows = torch.arange(b, device=device).unsqueeze(1).expand(b, s_max)
+    later = starts & (pos > 0)
+    rows = torch.arange(b, device=device).unsqueeze(1).expand(b, t_max)
     if inputs.get("edges") is not None:
         e = inputs["edges"].double()
-        first = e[torch.arange(b, device=device), 0, dur[:, 0] - 1, lab[:, 0]]  # (B, C)
+        k = e.shape[2]
+        d0 = dur_at_start[:, 0].clamp(max=k) - 1
+        first = e[torch.arange(b, device=device), 0, d0, lab[:, 0]]  # (B, C) over sources
         dead = torch.isneginf(first).all(dim=1, keepdim=True)
-        first_lse = torch.logsumexp(torch.where(dead, torch.zeros_like(first), first), dim=1)
-        first_lse = torch.where(
-            dead.squeeze(1), torch.full_like(first_lse, float("-inf")), first_lse
-        )
-        rest = e[rows, start, dur - 1, lab, prev]
-        return first_lse + _masked_sum(rest, later)
-    scores = inputs["scores"].double()
-    t_max = scores.shape[1]
-    pos_labels = labels_from_segments(seg, counts, t_max)
-    valid = pos_labels >= 0
-    content = scores.gather(2, pos_labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    total = _masked_sum(content, valid)
-    if inputs.get("duration") is not None:
-        total = total + _masked_sum(inputs["duration"].double()[dur - 1, lab], mask)
-    if inputs.get("begin_boundary") is not None:
-        total = total + _masked_sum(inputs["begin_boundary"].double()[rows, start, lab], mask)
-    if inputs.get("end_boundary") is not None:
-        eb = inputs["end_boundary"].double()[rows, start + dur - 1, lab]
-        total = total + _masked_sum(eb, mask)
+        first = torch.logsumexp(torch.where(dead, torch.zeros_like(first), first), dim=1)
+        first = torch.where(dead.squeeze(1), torch.full_like(first, float("-inf")), first)
+        rest = e[rows, pos.expand(b, t_max), dur_at_start.clamp(max=k) - 1, lab, prev]
+        return first + _masked_sum(rest, later)
+    total = _masked_sum(inputs["scores"].double().gather(2, lab.unsqueeze(-1)).squeeze(-1), valid)
+    dur = inputs.get("duration")
+    if dur is not None:
+        k = dur.shape[0]
+        total = total + _masked_sum(dur.double()[dur_at_end.clamp(max=k) - 1, lab], ends)
+    for name, where in (("begin_boundary", starts), ("end_boundary", ends)):
+        if inputs.get(name) is not None:
+            v = inputs[name].double().gather(2, lab.unsqueeze(-1)).squeeze(-1)
+            total = total + _masked_sum(v, where)
     tr = inputs.get("transition")
     if tr is not None:
         tr = tr.double()
-        v = tr[prev, lab] if tr.dim() == 2 else tr[dur - 1, prev, lab]
+        if tr.dim() == 2:
+            v = tr[prev, lab]
+        else:
+            v = tr[dur_at_start.clamp(max=tr.shape[0]) - 1, prev, lab]
         total = total + _masked_sum(v, later)
     if inputs.get("start") is not None:
         total = total + inputs["start"].double()[lab[:, 0]]
     if inputs.get("end") is not None:
-        last = lab.gather(1, (counts - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+        last = lab.gather(1, (lengths - 1).clamp(min=0)).squeeze(1)
         total = total + inputs["end"].double()[last]
     return total
 

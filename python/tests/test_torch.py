@@ -162,7 +162,7 @@ def test_nll_is_log_z_minus_the_gold_score_and_never_negative(device):
         assert torch.equal(other, loss)
 
 
-def test_the_viterbi_segmentation_has_zero_loss_margin(device):
+def test_the_viterbi_segmentation_scores_the_viterbi_score_and_beats_its_relabelling(device):
     p, lengths = random_problem(torch, 4, 12, 4, 5, seed=41, scale=3.0)
     x = on(p, device)
     best = st.viterbi(**x, lengths=lengths, max_duration=5)
