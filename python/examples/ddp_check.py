@@ -1,8 +1,10 @@
 """One training step under DistributedDataParallel against the same step in one process on
 the same global batch: `torchrun --nproc_per_node=2 ddp_check.py` (gloo on CPU, nccl on
-GPUs). Rank 0 prints the largest relative difference of the gradients and step times."""
+GPUs), `--float64` for float64 weights. Rank 0 prints the largest relative difference of
+the gradients (per parameter, relative to its largest gradient) and step times."""
 
 import os
+import sys
 import time
 
 import torch
@@ -11,6 +13,8 @@ from torch import nn
 import genes
 from semicrf.torch import SemiMarkovCRFHead
 
+if "--float64" in sys.argv:  # the same check without float32 rounding
+    torch.set_default_dtype(torch.float64)
 torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
 dev = torch.device(f"cuda:{os.environ['LOCAL_RANK']}" if torch.cuda.is_available() else "cpu")
@@ -55,12 +59,12 @@ times = [step(ddp, mine) for _ in range(5)]
 if rank == 0:
     single = Model().to(dev)
     one = [step(single, slice(None)) for _ in range(5)]
-    worst = max(
-        ((a.grad - b.grad).abs().max() / b.grad.abs().max().clamp(min=1e-30)).item()
-        for a, b in zip(ddp.module.parameters(), single.parameters())
+    worst, name = max(
+        (((a.grad - b.grad).abs().max() / b.grad.abs().max().clamp(min=1e-30)).item(), n)
+        for (n, a), b in zip(ddp.module.named_parameters(), single.parameters())
     )
     print(
-        f"{world} processes on {dev.type}: largest relative gradient difference {worst:.2e}; "
+        f"{world} processes on {dev.type}: largest relative gradient difference {worst:.2e} ({name}); "
         f"step {min(times) * 1e3:.1f} ms with DDP ({per_rank} sequences per process), "
         f"{min(one) * 1e3:.1f} ms in one process ({per_rank * world} sequences)"
     )
