@@ -411,3 +411,111 @@ def test_compiled_training_step_gives_the_eager_gradients():
     torch.compile(step, backend="aot_eager")(**compiled).backward()
     for k in eager:
         torch.testing.assert_close(compiled[k].grad, eager[k].grad, atol=1e-12, rtol=1e-12)
+
+
+# -- the device path's glue, emulated on the CPU ------------------------------------------------
+
+
+def _view(address, shape, dtype):
+    """A numpy view of `shape` elements of `dtype` at a CPU address (the emulated device)."""
+    import ctypes
+
+    ct = ctypes.c_float if dtype == "float32" else ctypes.c_double
+    n = int(np.prod(shape))
+    return np.ctypeslib.as_array((ct * n).from_address(address)).reshape(shape)
+
+
+_DEVICE_CALLS = []
+
+
+def _host_problem(kw):
+    import semicrf
+
+    _DEVICE_CALLS.append(kw["scores"])
+    shape, dtype = kw["shape"], kw["dtype"]
+    p = {"scores": _view(kw["scores"], shape, dtype).astype(np.float64)}
+    for name in ("begin_boundary", "end_boundary"):
+        if kw.get(name) is not None:
+            p[name] = _view(kw[name], shape, dtype).astype(np.float64)
+    for name in ("transition", "duration", "start", "end"):
+        if kw.get(name) is not None:
+            assert kw[name].dtype == np.float64  # host float64 arrays, as the contract says
+            p[name] = kw[name]
+    assert isinstance(kw["stream"], int) and isinstance(kw["device"], int)
+    p.update(lengths=np.asarray(kw["lengths"]), max_duration=kw["max_duration"])
+    return semicrf._native, p
+
+
+def _fake_cuda_backward(**kw):
+    native, p = _host_problem(kw)
+    out = native.backward(upstream=kw["upstream"], **p)
+    b, t, _ = kw["shape"]
+    _view(kw["out_scores"], kw["shape"], kw["dtype"])[...] = out["scores"]
+    for name in ("begin_boundary", "end_boundary"):
+        if name in p:
+            _view(kw["out_" + name], kw["shape"], kw["dtype"])[...] = out[name]
+    if kw.get("out_boundary") is not None:
+        _view(kw["out_boundary"], (b, t), kw["dtype"])[...] = out["boundary"]
+    if kw.get("out_log_z") is not None:
+        _view(kw["out_log_z"], (b,), kw["dtype"])[...] = out["log_z"]
+    return {k: out[k] for k in ("log_z", "transition", "duration", "start", "end") if k in out}
+
+
+def test_the_device_path_fills_the_buffers_torch_allocated(monkeypatch):
+    """The CUDA entries, emulated with host memory: the torch layer passes addresses, shapes,
+    host float64 parameters and output buffers as python/NATIVE.md says, and its results
+    equal the CPU path's."""
+    import contextlib
+
+    import semicrf._torch_problem as tp
+
+    native = tp._native
+    monkeypatch.setattr(native, "cuda_backward", _fake_cuda_backward, raising=False)
+    monkeypatch.setattr(
+        native,
+        "cuda_log_partition",
+        lambda **kw: (lambda n, p: n.log_partition(**p))(*_host_problem(kw)),
+        raising=False,
+    )
+    monkeypatch.setattr(
+        native,
+        "cuda_viterbi",
+        lambda **kw: (lambda n, p: n.viterbi(**p))(*_host_problem(kw)),
+        raising=False,
+    )
+    p, lengths = random_problem(torch, 3, 6, 3, 3, seed=99)
+    labels = torch.tensor([[0, 0, 1, 1, 2, 2], [1, 1, 1, 0, 0, 0], [2, 0, 1, 2, 0, 1]])
+    weights = torch.tensor([1.0, -0.5, 2.0], dtype=torch.float64)
+
+    def run():
+        x = on(p, "cpu", requires_grad=True)
+        loss = st.nll(**x, lengths=lengths, max_duration=3, gold=labels)
+        (loss * weights).sum().backward()
+        z = st.log_partition(
+            **{k: v.detach() for k, v in x.items()}, lengths=lengths, max_duration=3
+        )
+        m = st.marginals(**x, lengths=lengths, max_duration=3)
+        v = st.viterbi(**x, lengths=lengths, max_duration=3)
+        return [loss, z, m.position, m.boundary, v.scores, v.segments] + [
+            x[k].grad for k in sorted(x)
+        ]
+
+    expected = run()
+    original_init = tp.Call.__init__
+
+    def as_device(self, *a, **kw):
+        original_init(self, *a, **kw)
+        self.cuda = True
+
+    monkeypatch.setattr(tp.Call, "__init__", as_device)
+    monkeypatch.setattr(
+        torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 0})()
+    )
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    del _DEVICE_CALLS[:]
+    got = run()
+    assert (
+        len(_DEVICE_CALLS) >= 5
+    )  # nll (forward-backward, weighted again), log Z, marginals, viterbi
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
