@@ -1,0 +1,460 @@
+//! Tensors already on a GPU (a PyTorch CUDA tensor's `data_ptr()`): the CUDA engine reads
+//! them in place, and the gradients are written into buffers the caller allocated.
+//!
+//! Interim, until the engine writes into caller-given buffers itself: it returns its own
+//! `f64` device buffers, and [`copy_out`] copies them into the caller's on the engine's
+//! stream (`cuMemcpyDtoDAsync` for `float64`, a small NVRTC kernel for `float32`), then
+//! makes the caller's stream wait for that work. See `python/NATIVE.md`.
+
+use std::sync::Mutex;
+
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArrayDyn};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use semicrf::cuda::cudarc::driver::sys::{self, CUstream};
+use semicrf::cuda::cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg, result,
+};
+use semicrf::cuda::cudarc::nvrtc;
+use semicrf::cuda::{CudaEngine, DeviceArray, DeviceBackward, DevicePotentials, Dtype};
+use semicrf::ndarray::ArrayViewD;
+use semicrf::{Algorithm, EntropySemiring, LogSemiring, entropies};
+
+use crate::args::{lengths_of, listed};
+use crate::errors::{Failure, Outcome, guarded};
+use crate::host::{Triples, decodings};
+
+/// Whether CUDA device `device` can run the engine, and the reason when it cannot.
+#[pyfunction]
+#[pyo3(signature = (device=0))]
+pub fn cuda_available(py: Python<'_>, device: usize) -> (bool, String) {
+    let r =
+        py.detach(|| guarded(|| Ok(CudaEngine::new(Algorithm::Streaming, device).available()?)));
+    match r {
+        Ok(()) => (true, String::new()),
+        Err(Failure::Lib(e)) => (false, e.to_string()),
+        Err(Failure::Type(m) | Failure::Value(m) | Failure::Runtime(m)) => (false, m),
+    }
+}
+
+/// The arguments every `cuda_*` function takes: the problem on the device.
+struct OnDevice<'py> {
+    scores: u64,
+    dims: (usize, usize, usize),
+    dtype: Dtype,
+    lengths: Vec<usize>,
+    max_duration: usize,
+    params: Vec<(&'static str, PyReadonlyArrayDyn<'py, f64>)>,
+    begin_boundary: Option<u64>,
+    end_boundary: Option<u64>,
+    stream: usize,
+    device: usize,
+}
+
+fn dtype_of(name: &str) -> Outcome<Dtype> {
+    match name.strip_prefix("torch.").unwrap_or(name) {
+        "float32" => Ok(Dtype::F32),
+        "float64" => Ok(Dtype::F64),
+        other => Err(Failure::Type(format!(
+            "dtype {other:?}: device arrays must be float32 or float64"
+        ))),
+    }
+}
+
+fn address(name: &str, p: u64) -> Outcome<u64> {
+    if p == 0 {
+        return Err(Failure::Value(format!("`{name}` is a null device address")));
+    }
+    Ok(p)
+}
+
+impl<'py> OnDevice<'py> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        scores: u64,
+        shape: (usize, usize, usize),
+        dtype: &str,
+        lengths: &Bound<'py, PyAny>,
+        max_duration: usize,
+        stream: usize,
+        device: usize,
+        shared: [(&'static str, Option<Bound<'py, PyAny>>); 4],
+        boundaries: (Option<u64>, Option<u64>),
+    ) -> Outcome<Self> {
+        let mut params = Vec::new();
+        for (name, v) in shared {
+            if let Some(v) = v.filter(|v| !v.is_none()) {
+                let a = v.extract::<PyReadonlyArrayDyn<'py, f64>>().map_err(|_| {
+                    Failure::Type(format!("`{name}` must be a host numpy float64 array"))
+                })?;
+                params.push((name, a));
+            }
+        }
+        Ok(OnDevice {
+            scores: address("scores", scores)?,
+            dims: shape,
+            dtype: dtype_of(dtype)?,
+            lengths: lengths_of(lengths)?,
+            max_duration,
+            params,
+            begin_boundary: boundaries
+                .0
+                .map(|p| address("begin_boundary", p))
+                .transpose()?,
+            end_boundary: boundaries
+                .1
+                .map(|p| address("end_boundary", p))
+                .transpose()?,
+            stream,
+            device,
+        })
+    }
+
+    /// Runs `work` off the GIL on the engine and the checked device problem.
+    fn run<T: Send>(
+        &self,
+        py: Python<'_>,
+        work: impl FnOnce(&CudaEngine, &DevicePotentials<'_>) -> Outcome<T> + Send,
+    ) -> Outcome<T> {
+        let views: Vec<(&'static str, ArrayViewD<'_, f64>)> = self
+            .params
+            .iter()
+            .map(|(n, a)| (*n, a.as_array()))
+            .collect();
+        let (device, dims, dtype, lengths) = (self.device, self.dims, self.dtype, &self.lengths);
+        let (scores, bb, eb) = (self.scores, self.begin_boundary, self.end_boundary);
+        let (caller, max_duration) = (self.stream, self.max_duration);
+        py.detach(move || {
+            guarded(|| {
+                let engine = CudaEngine::new(Algorithm::Streaming, device);
+                // No device address is touched on a machine that cannot run the engine.
+                engine.available()?;
+                let (b, t, c) = dims;
+                let n = b * t * c;
+                let stream = caller as CUstream;
+                // SAFETY: the caller (the torch layer) passes live, contiguous tensors of
+                // `n` elements of `dtype` on `device`, written on `stream`, kept alive until
+                // this returns (python/NATIVE.md); the builder checks the allocations' sizes.
+                let arr = |p: u64| unsafe { DeviceArray::from_raw(p, n, dtype, stream) };
+                let mut builder =
+                    DevicePotentials::builder(arr(scores), dims, lengths, max_duration);
+                for (name, v) in &views {
+                    builder = match *name {
+                        "transition" => builder.transition(v.view()),
+                        "duration" => builder.duration(v.view()),
+                        "start" => builder.start(v.view()),
+                        _ => builder.end(v.view()),
+                    };
+                }
+                if let Some(p) = bb {
+                    builder = builder.begin_boundary(arr(p));
+                }
+                if let Some(p) = eb {
+                    builder = builder.end_boundary(arr(p));
+                }
+                let p = builder.build(&engine)?;
+                work(&engine, &p)
+            })
+        })
+    }
+}
+
+macro_rules! device_fn {
+    ($(#[$doc:meta])* $name:ident, $ret:ty, |$py:ident, $call:ident| $body:expr) => {
+        $(#[$doc])*
+        #[pyfunction]
+        #[pyo3(signature = (*, scores, shape, dtype, lengths, max_duration, stream, device,
+            transition=None, duration=None, start=None, end=None,
+            begin_boundary=None, end_boundary=None))]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $name<'py>(
+            $py: Python<'py>,
+            scores: u64,
+            shape: (usize, usize, usize),
+            dtype: &str,
+            lengths: &Bound<'py, PyAny>,
+            max_duration: usize,
+            stream: usize,
+            device: usize,
+            transition: Option<Bound<'py, PyAny>>,
+            duration: Option<Bound<'py, PyAny>>,
+            start: Option<Bound<'py, PyAny>>,
+            end: Option<Bound<'py, PyAny>>,
+            begin_boundary: Option<u64>,
+            end_boundary: Option<u64>,
+        ) -> PyResult<$ret> {
+            let $call = OnDevice::new(
+                scores, shape, dtype, lengths, max_duration, stream, device,
+                [("transition", transition), ("duration", duration), ("start", start),
+                 ("end", end)],
+                (begin_boundary, end_boundary),
+            )?;
+            $body
+        }
+    };
+}
+
+device_fn!(
+    /// `log Z_b` of a problem on the device, `(B,)` on the host.
+    cuda_log_partition, Bound<'py, PyArray1<f64>>, |py, call| {
+        let v = call.run(py, |e, p| Ok(e.forward_on_device::<LogSemiring>(p)?))?;
+        Ok(PyArray1::from_vec(py, v))
+    }
+);
+
+device_fn!(
+    /// The posterior entropy of a problem on the device, `(B,)` on the host.
+    cuda_entropy, Bound<'py, PyArray1<f64>>, |py, call| {
+        let v = call.run(py, |e, p| Ok(entropies(&e.forward_on_device::<EntropySemiring>(p)?)?))?;
+        Ok(PyArray1::from_vec(py, v))
+    }
+);
+
+device_fn!(
+    /// Viterbi decodings of a problem on the device: `(scores (B,), segments)`.
+    cuda_viterbi, (Bound<'py, PyArray1<f64>>, Triples), |py, call| {
+        let d = call.run(py, |e, p| Ok(e.viterbi_on_device(p)?))?;
+        Ok(decodings(py, &d))
+    }
+);
+
+/// Forward and backward of a problem on the device; the `(B, T, C)` gradients (weighted by
+/// `upstream`) and the `(B, T)` boundary marginals are written into the caller's device
+/// buffers of `dtype`, ordered before later work on `stream`.
+#[pyfunction]
+#[pyo3(signature = (*, scores, shape, dtype, lengths, max_duration, stream, device, upstream,
+    out_scores, transition=None, duration=None, start=None, end=None, begin_boundary=None,
+    end_boundary=None, out_begin_boundary=None, out_end_boundary=None, out_boundary=None,
+    out_log_z=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn cuda_backward<'py>(
+    py: Python<'py>,
+    scores: u64,
+    shape: (usize, usize, usize),
+    dtype: &str,
+    lengths: &Bound<'py, PyAny>,
+    max_duration: usize,
+    stream: usize,
+    device: usize,
+    upstream: &Bound<'py, PyAny>,
+    out_scores: u64,
+    transition: Option<Bound<'py, PyAny>>,
+    duration: Option<Bound<'py, PyAny>>,
+    start: Option<Bound<'py, PyAny>>,
+    end: Option<Bound<'py, PyAny>>,
+    begin_boundary: Option<u64>,
+    end_boundary: Option<u64>,
+    out_begin_boundary: Option<u64>,
+    out_end_boundary: Option<u64>,
+    out_boundary: Option<u64>,
+    out_log_z: Option<u64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let call = OnDevice::new(
+        scores,
+        shape,
+        dtype,
+        lengths,
+        max_duration,
+        stream,
+        device,
+        [
+            ("transition", transition),
+            ("duration", duration),
+            ("start", start),
+            ("end", end),
+        ],
+        (begin_boundary, end_boundary),
+    )?;
+    let need = |given: Option<u64>, out: Option<u64>, name: &str| -> Outcome<Option<u64>> {
+        match (given, out) {
+            (Some(_), None) => Err(Failure::Value(format!(
+                "`{name}` is given: `out_{name}` must be a device buffer for its gradient"
+            ))),
+            (Some(_), Some(o)) => Ok(Some(address(&format!("out_{name}"), o)?)),
+            (None, _) => Ok(None),
+        }
+    };
+    let targets = Targets {
+        scores: address("out_scores", out_scores)?,
+        begin_boundary: need(begin_boundary, out_begin_boundary, "begin_boundary")?,
+        end_boundary: need(end_boundary, out_end_boundary, "end_boundary")?,
+        boundary: out_boundary
+            .map(|p| address("out_boundary", p))
+            .transpose()?,
+        log_z: out_log_z.map(|p| address("out_log_z", p)).transpose()?,
+    };
+    let upstream: Vec<f64> = listed(upstream).extract().map_err(|_| {
+        Failure::Type("`upstream` must be a sequence or 1-D array of floats".into())
+    })?;
+    let (dtype, dims) = (call.dtype, call.dims);
+    let out = call.run(py, |e, p| {
+        let out = e.backward_on_device(p, &upstream)?;
+        copy_out(&out, &targets, dtype, stream as CUstream, e.ordinal(), dims)?;
+        Ok(out_host(&out))
+    })?;
+    let d = PyDict::new(py);
+    d.set_item("log_z", PyArray1::from_vec(py, out.0))?;
+    for (name, a) in out.1 {
+        if call.params.iter().any(|(n, _)| *n == name) {
+            d.set_item(name, a.into_pyarray(py))?;
+        }
+    }
+    Ok(d)
+}
+
+type HostResults = (Vec<f64>, Vec<(&'static str, semicrf::ndarray::ArrayD<f64>)>);
+
+fn out_host(out: &DeviceBackward) -> HostResults {
+    (
+        out.log_z.clone(),
+        vec![
+            ("transition", out.transition.clone()),
+            ("duration", out.duration.clone().into_dyn()),
+            ("start", out.start.clone().into_dyn()),
+            ("end", out.end.clone().into_dyn()),
+        ],
+    )
+}
+
+/// The caller's device buffers.
+struct Targets {
+    scores: u64,
+    begin_boundary: Option<u64>,
+    end_boundary: Option<u64>,
+    boundary: Option<u64>,
+    log_z: Option<u64>,
+}
+
+fn drv(what: &str) -> impl Fn(result::DriverError) -> Failure + '_ {
+    move |e| Failure::Runtime(format!("CUDA driver error while {what}: {e:?}"))
+}
+
+/// Copies the engine's results into the caller's buffers on the engine's stream, then makes
+/// the caller's stream wait for that work. The engine's buffers are freed after this
+/// returns, on the engine's stream, so after the copies.
+fn copy_out(
+    out: &DeviceBackward,
+    to: &Targets,
+    dtype: Dtype,
+    caller: CUstream,
+    ordinal: usize,
+    dims: (usize, usize, usize),
+) -> Outcome<()> {
+    let stream: &CudaStream = out.scores.stream();
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(drv("binding the context"))?;
+    let (b, t, c) = dims;
+    let pairs: [(Option<&CudaSlice<f64>>, Option<u64>); 4] = [
+        (Some(&out.scores), Some(to.scores)),
+        (out.begin_boundary.as_ref(), to.begin_boundary),
+        (out.end_boundary.as_ref(), to.end_boundary),
+        (Some(&out.boundary_marginals), to.boundary),
+    ];
+    for (i, (src, dst)) in pairs.into_iter().enumerate() {
+        let (Some(src), Some(dst)) = (src, dst) else {
+            continue;
+        };
+        // The engine's buffers may be longer than the results (padding).
+        let n = if i == 3 { b * t } else { b * t * c };
+        let (ptr, _guard) = src.device_ptr(stream);
+        convert(stream, ptr, dst, n, dtype, ordinal)?;
+    }
+    if let Some(dst) = to.log_z {
+        // Pageable host memory: the call returns once the values are staged.
+        let cu = stream.cu_stream();
+        // SAFETY: `dst` holds B elements of `dtype` (the caller's contract).
+        unsafe {
+            match dtype {
+                Dtype::F64 => result::memcpy_htod_async(dst, &out.log_z, cu),
+                Dtype::F32 => {
+                    let v: Vec<f32> = out.log_z.iter().map(|&x| x as f32).collect();
+                    result::memcpy_htod_async(dst, &v, cu)
+                }
+            }
+        }
+        .map_err(drv("copying log Z"))?;
+    }
+    join(stream.cu_stream(), caller)
+}
+
+/// `n` values from the engine's f64 buffer at `src` into the caller's buffer at `dst`.
+fn convert(
+    stream: &CudaStream,
+    src: u64,
+    dst: u64,
+    n: usize,
+    dtype: Dtype,
+    ordinal: usize,
+) -> Outcome<()> {
+    match dtype {
+        // SAFETY: both buffers hold `n` f64 values on this device.
+        Dtype::F64 => unsafe { result::memcpy_dtod_async(dst, src, n * 8, stream.cu_stream()) }
+            .map_err(drv("copying the gradients")),
+        Dtype::F32 => {
+            let f = narrowing_kernel(stream, ordinal)?;
+            let blocks = n.div_ceil(256).clamp(1, 65_535) as u32;
+            let cfg = LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let n64 = n as u64;
+            let mut launch = stream.launch_builder(&f);
+            launch.arg(&src).arg(&dst).arg(&n64);
+            // SAFETY: the kernel reads `n` f64 at `src` and writes `n` f32 at `dst`.
+            unsafe { launch.launch(cfg) }
+                .map(|_| ())
+                .map_err(drv("converting the gradients to float32"))
+        }
+    }
+}
+
+const NARROW: &str = r#"
+extern "C" __global__ void semicrf_f64_to_f32(const double* src, float* dst,
+                                             unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+         i < n; i += (unsigned long long)blockDim.x * gridDim.x) {
+        dst[i] = (float)src[i];
+    }
+}
+"#;
+
+static KERNELS: Mutex<Vec<(usize, CudaFunction)>> = Mutex::new(Vec::new());
+
+/// The `f64 → f32` kernel on device `ordinal`, compiled by NVRTC at its first use there.
+fn narrowing_kernel(stream: &CudaStream, ordinal: usize) -> Outcome<CudaFunction> {
+    let mut cache = KERNELS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, f)) = cache.iter().find(|(o, _)| *o == ordinal) {
+        return Ok(f.clone());
+    }
+    let ptx = nvrtc::compile_ptx(NARROW)
+        .map_err(|e| Failure::Runtime(format!("NVRTC failed on the f64→f32 kernel: {e:?}")))?;
+    let f = stream
+        .context()
+        .load_module(ptx)
+        .and_then(|m| m.load_function("semicrf_f64_to_f32"))
+        .map_err(drv("loading the f64→f32 kernel"))?;
+    cache.push((ordinal, f.clone()));
+    Ok(f)
+}
+
+/// Makes `waiter` wait for the work queued so far on `producer`.
+fn join(producer: CUstream, waiter: CUstream) -> Outcome<()> {
+    let err = drv("ordering the caller's stream after the results");
+    let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(&err)?;
+    // SAFETY: `event` was just created; both streams are live (the engine's, the caller's).
+    let r = unsafe {
+        result::event::record(event, producer).and_then(|_| {
+            result::stream::wait_event(
+                waiter,
+                event,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        })
+    };
+    // SAFETY: destroying an event whose wait is queued releases it once it completes.
+    let d = unsafe { result::event::destroy(event) };
+    r.and(d).map_err(err)
+}
