@@ -131,7 +131,7 @@ pub use semicrf_core::{
     EntropySemiring, EntropyValue, Error, Form, Gradients, LogSemiring, MaxSemiring, Op,
     OwnedPotentials, Parallelism, Potentials, PotentialsBuilder, Problem, Query, Result, Scalar,
     Segment, Selection, Semiring, SemiringInfo, Shape, Transition, entropies, gold_score,
-    gold_score_edges, human_bytes, labels_from_segments, materialize, model,
+    gold_score_edges, gold_score_pull_back, human_bytes, labels_from_segments, materialize, model,
     position_marginals_from_edges, pull_back, segments_from_labels, select, trace_back,
     validate_segmentation,
 };

@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 use semicrf::{
     Gradients, LogSemiring, Problem, Scalar, Segment, Shape, gold_score, gold_score_edges,
-    segments_from_labels,
+    gold_score_pull_back, segments_from_labels,
 };
 
 use crate::args::{listed, type_name};
@@ -117,69 +117,8 @@ pub fn subtract<F: Scalar>(
     upstream: &[f64],
 ) {
     for (b, (segs, &u)) in gold.iter().zip(upstream).enumerate() {
-        if u == 0.0 {
-            continue;
-        }
-        match p {
-            Problem::Structured(_) => structured(grad, b, segs, u),
-            Problem::Edges(e) => {
-                let Some(g) = grad.edges.as_mut() else {
-                    continue;
-                };
-                let e = e.edges();
-                let first = segs[0];
-                // The first segment's score is a log-sum-exp over the virtual start's
-                // sources: its gradient is their softmax.
-                let row: Vec<f64> = (0..e.shape()[4])
-                    .map(|i| e[[b, 0, first.duration - 1, first.label, i]].as_f64())
-                    .collect();
-                let top = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let w: Vec<f64> = row.iter().map(|&x| (x - top).exp()).collect();
-                let total: f64 = w.iter().sum();
-                for (i, wi) in w.iter().enumerate() {
-                    g[[b, 0, first.duration - 1, first.label, i]] -= u * wi / total;
-                }
-                for pair in segs.windows(2) {
-                    let (prev, s) = (pair[0], pair[1]);
-                    g[[b, s.start, s.duration - 1, s.label, prev.label]] -= u;
-                }
-            }
-        }
-    }
-}
-
-fn structured(grad: &mut Gradients, b: usize, segs: &[Segment], u: f64) {
-    if let (Some(g), Some(first)) = (grad.start.as_mut(), segs.first()) {
-        g[first.label] -= u;
-    }
-    if let (Some(g), Some(last)) = (grad.end.as_mut(), segs.last()) {
-        g[last.label] -= u;
-    }
-    for (n, s) in segs.iter().enumerate() {
-        let (c, d) = (s.label, s.duration);
-        if let Some(g) = grad.scores.as_mut() {
-            for t in s.start..s.end() {
-                g[[b, t, c]] -= u;
-            }
-        }
-        if let Some(g) = grad.duration.as_mut() {
-            g[[d - 1, c]] -= u;
-        }
-        if let Some(g) = grad.begin_boundary.as_mut() {
-            g[[b, s.start, c]] -= u;
-        }
-        if let Some(g) = grad.end_boundary.as_mut() {
-            g[[b, s.end() - 1, c]] -= u;
-        }
-        if n > 0
-            && let Some(g) = grad.transition.as_mut()
-        {
-            let prev = segs[n - 1].label;
-            if g.ndim() == 3 {
-                g[[d - 1, prev, c]] -= u;
-            } else {
-                g[[prev, c]] -= u;
-            }
+        if u != 0.0 {
+            gold_score_pull_back(grad, p, b, segs, u);
         }
     }
 }

@@ -100,8 +100,8 @@ pub use potentials::{
 };
 pub use scalar::Scalar;
 pub use segments::{
-    decode_best, gold_score, gold_score_edges, labels_from_segments, segments_from_labels,
-    trace_back, validate_segmentation,
+    decode_best, gold_score, gold_score_edges, gold_score_pull_back, labels_from_segments,
+    segments_from_labels, trace_back, validate_segmentation,
 };
 pub use semicrf_semiring::{
     EntropySemiring, EntropyValue, LogSemiring, MaxSemiring, Semiring, SemiringInfo,

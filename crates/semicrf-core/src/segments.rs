@@ -2,7 +2,9 @@
 
 use semicrf_semiring::Semiring;
 
-use crate::{Decoded, EdgePotentials, Error, Potentials, Result, Scalar, Segment};
+use crate::{
+    Decoded, EdgePotentials, Error, Gradients, Potentials, Problem, Result, Scalar, Segment,
+};
 
 /// Checks that `segments` tile `[0, len)` in order with durations `1..=max_duration` and
 /// labels `< labels`.
@@ -104,6 +106,78 @@ pub fn gold_score_edges<S: Semiring, F: Scalar>(
         total += e[[b, w[1].start, w[1].duration - 1, w[1].label, w[0].label]].as_f64();
     }
     Ok(total)
+}
+
+/// Takes `weight` times the gradient of sequence `b`'s gold score ([`gold_score`], or
+/// [`gold_score_edges`] in the log semiring) off every gradient `grad` holds: applied to the
+/// expected counts (the gradients of `log Z`), it gives the gradients of the NLL
+/// `log Z − score(gold)`. A structured problem's gold score is linear in its inputs, so its
+/// gradient is the count of each input the segments use; in edge form the first segment's
+/// log-sum-exp over the virtual start's sources contributes their softmax. The segments must
+/// be valid for sequence `b` (as [`gold_score`] checks) and, in edge form, have a finite score.
+pub fn gold_score_pull_back<F: Scalar>(
+    grad: &mut Gradients,
+    p: &Problem<'_, F>,
+    b: usize,
+    segments: &[Segment],
+    weight: f64,
+) {
+    let Some(&first) = segments.first() else {
+        return;
+    };
+    if let Problem::Edges(e) = p {
+        let Some(g) = grad.edges.as_mut() else {
+            return;
+        };
+        let e = e.edges();
+        let row: Vec<f64> = (0..e.shape()[4])
+            .map(|i| e[[b, 0, first.duration - 1, first.label, i]].as_f64())
+            .collect();
+        let top = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let w: Vec<f64> = row.iter().map(|&x| (x - top).exp()).collect();
+        let total: f64 = w.iter().sum();
+        for (i, wi) in w.iter().enumerate() {
+            g[[b, 0, first.duration - 1, first.label, i]] -= weight * wi / total;
+        }
+        for pair in segments.windows(2) {
+            let (prev, s) = (pair[0], pair[1]);
+            g[[b, s.start, s.duration - 1, s.label, prev.label]] -= weight;
+        }
+        return;
+    }
+    if let Some(g) = grad.start.as_mut() {
+        g[first.label] -= weight;
+    }
+    if let (Some(g), Some(last)) = (grad.end.as_mut(), segments.last()) {
+        g[last.label] -= weight;
+    }
+    for (n, s) in segments.iter().enumerate() {
+        let (c, d) = (s.label, s.duration);
+        if let Some(g) = grad.scores.as_mut() {
+            for t in s.start..s.end() {
+                g[[b, t, c]] -= weight;
+            }
+        }
+        if let Some(g) = grad.duration.as_mut() {
+            g[[d - 1, c]] -= weight;
+        }
+        if let Some(g) = grad.begin_boundary.as_mut() {
+            g[[b, s.start, c]] -= weight;
+        }
+        if let Some(g) = grad.end_boundary.as_mut() {
+            g[[b, s.end() - 1, c]] -= weight;
+        }
+        if n > 0
+            && let Some(g) = grad.transition.as_mut()
+        {
+            let prev = segments[n - 1].label;
+            if g.ndim() == 3 {
+                g[[d - 1, prev, c]] -= weight;
+            } else {
+                g[[prev, c]] -= weight;
+            }
+        }
+    }
 }
 
 /// The segments of a Viterbi decoding, traced back from the end of a sequence of `len`

@@ -58,29 +58,10 @@ fn measure_one(
     let owned = problem(shape, SEED);
     let view = owned.view().expect("generated problems are valid");
     let p = Problem::Structured(view);
-    let op = if backward {
-        Op::Backward
-    } else {
-        Op::forward::<LogSemiring>()
-    };
+    let op = op_of(backward);
     let query = Query::of(&p, op).with_threads(semicrf_cpu::threads(Parallelism::Rayon));
-    let mut row = Row {
-        label: label.to_string(),
-        sweep: None,
-        algo,
-        op: if backward {
-            "forward+backward"
-        } else {
-            "forward"
-        },
-        shape,
-        ms: f64::NAN,
-        peak: 0,
-        outputs: 0,
-        required: engine.memory_required(&query).unwrap_or(u64::MAX),
-        formula: streaming_formula_bytes(shape, op),
-        error: None,
-    };
+    let required = engine.memory_required(&query).unwrap_or(u64::MAX);
+    let mut row = skipped(algo, label, shape, backward, required);
     if let Err(e) = engine.check(&query) {
         row.error = Some(e.to_string());
         return row;
@@ -121,7 +102,7 @@ fn required(engine: &AnyEngine, shape: Shape, backward: bool, threads: usize) ->
     engine.memory_required(&q).unwrap_or(u64::MAX)
 }
 
-/// A row for a measurement that was not made.
+/// A row for a measurement not (yet) made: no time, no peak.
 fn skipped(algo: &'static str, label: &str, shape: Shape, backward: bool, required: u64) -> Row {
     Row {
         label: label.to_string(),
