@@ -1,8 +1,9 @@
 """Forward+backward of one training step of the head from Python, at the canonical shapes of
 the performance notes (S1-S7): semicrf's head against flash-semicrf 0.2.0's (when installed;
-its Triton kernels, `backend="streaming"`) on the same inputs, and the bare `semicrf.torch.log_partition` call. Prints the median of
-`--runs` steps (CUDA events on a GPU), and the host<->device copies one step of ours makes,
-from the torch profiler: none of them may be as large as the scores.
+its Triton kernels, `backend="streaming"`) on the same inputs, and the bare
+`semicrf.torch.log_partition` call. Prints the median of `--runs` steps (CUDA events on a
+GPU), and the host<->device copies one step of ours makes, from the torch profiler: none of
+them may be as large as the scores.
 
     python bench_head.py                 # CUDA if available, else the CPU
     python bench_head.py --shapes S1 S4 --runs 31
