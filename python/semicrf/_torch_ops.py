@@ -12,6 +12,13 @@ same (a sum or a mean of the losses). For any other `g` with a shared parameter 
 the engine runs again with `g` as its upstream. That choice depends on the values of `g`,
 so it is made inside a second opaque operator, `semicrf::log_partition_backward`: the
 backward graph that torch.compile traces holds no data-dependent branch.
+
+Eager calls (not under torch.compile) take the same steps through a
+`torch.autograd.Function` instead of the operator: the dispatcher's wrapping of a Python
+custom operator (argument trees, default filling, zero-filled gradients for the unused
+outputs) costs more than the engine itself on small problems. The gradient of a sum of the
+log partitions arrives expanded from one value (stride 0): the weighting then reads no value
+on the host.
 """
 
 from typing import List, Optional
@@ -49,16 +56,24 @@ def _run(
     memory_budget: Optional[str],
     with_grad: bool,
     upstream: Optional[np.ndarray],
-) -> List[Tensor]:
+    placeholders: bool = True,
+) -> List[Optional[Tensor]]:
+    """log Z, then the gradients of Σ_b upstream[b] log Z_b (upstream None: all ones) in
+    `FLOAT_NAMES` order; for inputs not given (or without `with_grad`), an empty tensor
+    where `placeholders` (an operator returns tensors only), else None."""
     call = Call(inputs, lengths, max_duration, backend, memory_budget)
+
+    def missing():
+        return _empty(call.device) if placeholders else None
+
     if not with_grad:
-        return [call.log_partition()] + [_empty(call.device) for _ in FLOAT_NAMES]
+        return [call.log_partition()] + [missing() for _ in FLOAT_NAMES]
     out = call.backward(upstream)
     grads = []
     for name in FLOAT_NAMES:
         g = out.get(name)
         if inputs.get(name) is None or g is None:
-            grads.append(_empty(call.device))
+            grads.append(missing())
         else:
             grads.append(g.to(call.device, _grad_dtype(name, call.device, call.dtype)))
     return [out["log_z"].to(call.device, call.dtype)] + grads
@@ -146,17 +161,35 @@ def log_partition_backward_op(
     inputs = _inputs(
         (scores, transition, duration, start, end, begin_boundary, end_boundary, edges)
     )
-    host = upstream.detach().to("cpu", torch.float64)
-    shared = any(inputs.get(name) is not None for name in SHARED)
-    if shared and host.numel() and not bool((host == host[0]).all()):
-        out = _run(
-            inputs, lengths, max_duration, backend, memory_budget, True, host.contiguous().numpy()
-        )
+
+    def rerun(host: np.ndarray) -> List[Tensor]:
+        out = _run(inputs, lengths, max_duration, backend, memory_budget, True, host)
         return [g.clone() if g.numel() == 0 else g for g in out[1:]]
-    grads = []
+
+    grads = _weigh(inputs, counts, upstream, rerun)
+    return [c.clone() if g is None else g for g, c in zip(grads, counts)]
+
+
+def _weigh(inputs: dict, counts, upstream: Tensor, rerun) -> List[Optional[Tensor]]:
+    """The gradients of Σ_b upstream[b] log Z_b, in `FLOAT_NAMES` order (None where no
+    count was kept), from the `counts` (the gradients of Σ_b log Z_b); `rerun(host)` runs
+    the engine again with `host` as its upstream, for a `upstream` whose values differ
+    while a shared input was given (its counts are summed over the sequences)."""
+    one = None
+    if upstream.dim() == 1 and upstream.numel() and upstream.stride(0) == 0:
+        # Expanded from one value (the gradient of a sum): every g_b is the same.
+        one = upstream.detach()[0]
+    else:
+        host = upstream.detach().to("cpu", torch.float64)
+        shared = any(inputs.get(name) is not None for name in SHARED)
+        if shared and host.numel() and not bool((host == host[0]).all()):
+            return rerun(host.contiguous().numpy())
+    grads: List[Optional[Tensor]] = []
     for name, c in zip(FLOAT_NAMES, counts):
-        if c.numel() == 0 or inputs.get(name) is None:
-            grads.append(c.clone())
+        if c is None or c.numel() == 0 or inputs.get(name) is None:
+            grads.append(None)
+        elif one is not None:
+            grads.append(c * one.to(c.dtype))
         elif name in SHARED:
             grads.append(c * host[0].item())
         else:
@@ -217,6 +250,37 @@ def _backward(ctx, grads):
 log_partition_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _Eager(torch.autograd.Function):
+    """`semicrf::log_partition` with its autograd, for eager calls (see the module's docs)."""
+
+    @staticmethod
+    def forward(ctx, lengths, max_duration, backend, budget, *floats):
+        inputs = _inputs(floats)
+        out = _run(inputs, lengths, max_duration, backend, budget, True, None, False)
+        ctx.counts = out[1:]
+        ctx.args = (lengths, max_duration, backend, budget)
+        ctx.save_for_backward(*floats)
+        return out[0]
+
+    @staticmethod
+    def backward(ctx, g):
+        floats = ctx.saved_tensors
+        inputs = _inputs(floats)
+        needs = ctx.needs_input_grad[4:]
+        if not any(needs):
+            return (None,) * (4 + _N)
+
+        def rerun(host: np.ndarray) -> List[Optional[Tensor]]:
+            return _run(inputs, *ctx.args, True, host, False)[1:]
+
+        grads = _weigh(inputs, ctx.counts, g, rerun)
+        result = [
+            grad.to(t.dtype) if need and t is not None and grad is not None else None
+            for need, t, grad in zip(needs, floats, grads)
+        ]
+        return (None, None, None, None, *result)
+
+
 def log_partition(
     inputs: dict, lengths: Tensor, max_duration: int, backend: str, memory_budget
 ) -> Tensor:
@@ -224,5 +288,8 @@ def log_partition(
     args = [inputs.get(name) for name in FLOAT_NAMES]
     with_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args)
     budget = None if memory_budget is None else str(memory_budget)
-    out = log_partition_op(*args, lengths, max_duration, backend, budget, with_grad)
-    return out[0]
+    if torch.compiler.is_compiling():
+        return log_partition_op(*args, lengths, max_duration, backend, budget, with_grad)[0]
+    if with_grad:
+        return _Eager.apply(lengths, max_duration, backend, budget, *args)
+    return _run(_inputs(args), lengths, max_duration, backend, budget, False, None, False)[0]

@@ -119,10 +119,10 @@ def _lengths(lengths, batch: int, t_max: int, device: torch.device) -> Tensor:
     if tuple(lengths.shape) != (batch,):
         raise ValueError(f"lengths: expected shape ({batch},), got {tuple(lengths.shape)}")
     host = lengths.detach().to("cpu", torch.int64)
-    bad = ((host < 1) | (host > t_max)).nonzero()
-    if bad.numel():
-        b = int(bad[0, 0])
-        raise ValueError(f"lengths[{b}] = {int(host[b])} is outside 1..={t_max}")
+    a = host.numpy()
+    if a.size and (a.min() < 1 or a.max() > t_max):
+        b = int(np.flatnonzero((a < 1) | (a > t_max))[0])
+        raise ValueError(f"lengths[{b}] = {int(a[b])} is outside 1..={t_max}")
     return host
 
 
@@ -209,10 +209,14 @@ class Call:
             "begin_boundary": address("begin_boundary"),
             "end_boundary": address("end_boundary"),
         }
-        for name in SHARED:
-            t = self.inputs.get(name)
-            if t is not None:
-                kw[name] = t.detach().to("cpu", torch.float64).contiguous().numpy()
+        # The shared parameters to the host in one copy (one wait for the device).
+        shared = [(n, self.inputs[n]) for n in SHARED if self.inputs.get(n) is not None]
+        if shared:
+            flat = torch.cat([t.detach().reshape(-1).to(torch.float64) for _, t in shared])
+            host, at = flat.cpu().numpy(), 0
+            for name, t in shared:
+                kw[name] = host[at : at + t.numel()].reshape(tuple(t.shape))
+                at += t.numel()
         return kw, keep
 
     # -- operations ---------------------------------------------------------------------
@@ -306,8 +310,14 @@ class Call:
         with torch.cuda.device(self.device):
             out = _native.cuda_backward(upstream=upstream, **kw)
         del keep
-        for name in SHARED:
-            if out.get(name) is not None:
-                res[name] = torch.from_numpy(np.asarray(out[name])).to(self.device)
+        # The shared parameters' gradients to the device in one copy.
+        names = [n for n in SHARED if out.get(n) is not None]
+        if names:
+            host = [np.asarray(out[n]) for n in names]
+            flat = torch.from_numpy(np.concatenate([h.reshape(-1) for h in host]))
+            flat, at = flat.to(self.device), 0
+            for name, h in zip(names, host):
+                res[name] = flat[at : at + h.size].view(h.shape)
+                at += h.size
         res["log_z"] = log_z
         return res
