@@ -931,8 +931,10 @@ fn backward_into_writes_what_backward_on_device_gives() {
         };
         let mut owned = random_problem(17 + seed as u64, &spec);
         if range {
-            // As in `sequences_beyond_the_linear_domain_are_answered_exactly`.
-            owned.scores[[1, t / 2, 0]] = 60.0;
+            // As in `sequences_beyond_the_linear_domain_are_answered_exactly`: a score of 60
+            // nats (beyond the linear range) within sequence 1.
+            let at = owned.lengths[1] / 2;
+            owned.scores[[1, at, 0]] = 60.0;
         }
         let g = upstream(5, b);
         let widened = owned.cast::<f32>().cast::<f64>();
@@ -991,7 +993,7 @@ fn backward_into_writes_what_backward_on_device_gives() {
                 let before = CudaEngine::reruns();
                 let host = engine.backward_into(&p, &g, out).unwrap();
                 if range && engine == cuda {
-                    assert_eq!(CudaEngine::reruns(), before + 1, "{name}: one rerun");
+                    assert!(CudaEngine::reruns() > before, "{name}: sequence 1 rerun");
                 }
                 let bits = |v: &mut dyn Iterator<Item = &f64>| {
                     v.map(|&x| if f32 { f64::from(x as f32) } else { x }.to_bits())
