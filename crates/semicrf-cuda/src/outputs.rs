@@ -130,7 +130,8 @@ impl<'a> DeviceArrayMut<'a> {
 /// let engine = CudaEngine::new(Algorithm::Streaming, 0);
 /// let p = DevicePotentials::builder(DeviceArray::f32(&scores), (b, t, c), &lengths, k)
 ///     .build(&engine)?;
-/// let out = DeviceOutputs::new(DeviceArrayMut::f32(&mut grad)).log_z(DeviceArrayMut::f32(&mut log_z));
+/// let out = DeviceOutputs::new(DeviceArrayMut::f32(&mut grad))
+///     .log_z(DeviceArrayMut::f32(&mut log_z));
 /// let host = engine.backward_into(&p, &[1.0, 1.0], out)?;
 /// // grad and log_z: written on the device; host.log_z, host.transition, ...: on the host.
 /// # Ok::<(), Box<dyn std::error::Error>>(())
