@@ -859,3 +859,322 @@ fn large_copies_through_page_locked_memory_are_exact() {
         assert_same_bits(&dev, &host, &format!("f32={f32}: staged and plain copies"));
     }
 }
+
+/// A device output of either element type, made on `s` full of NaN (so a value the call
+/// does not write shows).
+fn nan_output(
+    s: &std::sync::Arc<semicrf_cuda::cudarc::driver::CudaStream>,
+    n: usize,
+    f32: bool,
+) -> OnDevice {
+    if f32 {
+        (None, Some(s.clone_htod(&vec![f32::NAN; n]).unwrap()))
+    } else {
+        (Some(s.clone_htod(&vec![f64::NAN; n]).unwrap()), None)
+    }
+}
+
+fn out_array(x: &mut OnDevice) -> semicrf_cuda::DeviceArrayMut<'_> {
+    match x {
+        (Some(d), _) => semicrf_cuda::DeviceArrayMut::f64(d),
+        (_, Some(s)) => semicrf_cuda::DeviceArrayMut::f32(s),
+        _ => unreachable!("one of the two"),
+    }
+}
+
+/// An output read back on its own stream, as `f64` (`f32` widened exactly).
+fn read_output(x: &OnDevice) -> Vec<f64> {
+    match x {
+        (Some(d), _) => d.stream().clone_dtoh(d).unwrap(),
+        (_, Some(s)) => s
+            .stream()
+            .clone_dtoh(s)
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        _ => unreachable!("one of the two"),
+    }
+}
+
+/// `backward_into` writes into the caller's arrays (made on another stream than the
+/// engine's, full of NaN) what `backward_on_device` gives, bit for bit (rounded to `f32` for
+/// `f32` potentials), and returns the same log Z and shared gradients: both element types,
+/// with and without boundaries, a `(K, C, C)` transition, the log-domain kernels alone, and
+/// sequences beyond the linear domain's range (rerun in the log domain) beside ordinary ones.
+#[test]
+fn backward_into_writes_what_backward_on_device_gives() {
+    use semicrf_cuda::cudarc::driver::{CudaContext, DevicePtrMut};
+    use semicrf_cuda::{DeviceArrayMut, DeviceOutputs, Dtype};
+    let Some(cuda) = gpu() else { return };
+    let ctx = CudaContext::new(0).unwrap();
+    let side = ctx.new_stream().unwrap();
+    let stream = ctx.default_stream();
+    // (B, T, K, C, boundaries and start/end, (K, C, C) transition, a score of 60 nats)
+    for (seed, (b, t, k, c, all, dd, range)) in [
+        (3, 40, 6, 5, false, false, false),
+        (2, 120, 7, 24, true, true, false),
+        (4, 300, 64, 5, true, false, true),
+        (4, 300, 64, 5, false, false, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut spec = GenSpec::new(b, t, k, c);
+        if all {
+            spec = spec.everything();
+        }
+        spec.transition = if dd {
+            TransitionKind::DurationDependent
+        } else {
+            TransitionKind::Static
+        };
+        let mut owned = random_problem(17 + seed as u64, &spec);
+        if range {
+            // As in `sequences_beyond_the_linear_domain_are_answered_exactly`: a score of 60
+            // nats (beyond the linear range) within sequence 1.
+            let at = owned.lengths[1] / 2;
+            owned.scores[[1, at, 0]] = 60.0;
+        }
+        let g = upstream(5, b);
+        let widened = owned.cast::<f32>().cast::<f64>();
+        let flat = |a: &ndarray::ArrayD<f64>| a.iter().copied().collect::<Vec<f64>>();
+        for f32 in [false, true] {
+            let from = if f32 { &widened } else { &owned };
+            let up = |v: Vec<f64>| {
+                if f32 {
+                    let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+                    (None, Some(stream.clone_htod(&v).unwrap()))
+                } else {
+                    (Some(stream.clone_htod(&v).unwrap()), None)
+                }
+            };
+            let sc: OnDevice = up(owned.scores.iter().copied().collect());
+            let bb = owned.begin_boundary.as_ref().map(|x| up(flat(x)));
+            let eb = owned.end_boundary.as_ref().map(|x| up(flat(x)));
+            let bounds = [bb.as_ref().map(dev_array), eb.as_ref().map(dev_array)];
+            let (dims, lens) = ((b, t, c), &owned.lengths[..]);
+            let p =
+                build_on_device(&cuda, dev_array(&sc), bounds, lens, dims, k, Some(from)).unwrap();
+            for engine in [cuda, cuda.log_domain_only()] {
+                let name = format!(
+                    "B{b} T{t} K{k} C{c} all={all} dd={dd} range={range} f32={f32} \
+                     linear={}",
+                    engine == cuda
+                );
+                let want = engine
+                    .backward_on_device(&p, &g)
+                    .unwrap()
+                    .to_host()
+                    .unwrap();
+                let (btc, bt) = (b * t * c, b * t);
+                let mut o_sc = nan_output(&side, btc, f32);
+                let mut o_bb = bb.as_ref().map(|_| nan_output(&side, btc, f32));
+                let mut o_eb = eb.as_ref().map(|_| nan_output(&side, btc, f32));
+                let mut o_bm = nan_output(&side, bt, f32);
+                let mut o_lz = nan_output(&side, b, f32);
+                // The scores' output by its raw address and stream.
+                let (ptr, dtype) = match &mut o_sc {
+                    (Some(d), _) => (d.device_ptr_mut(&side).0, Dtype::F64),
+                    (_, Some(s)) => (s.device_ptr_mut(&side).0, Dtype::F32),
+                    _ => unreachable!(),
+                };
+                // SAFETY: `o_sc` outlives the call and is used by nothing else meanwhile.
+                let raw = unsafe { DeviceArrayMut::from_raw(ptr, btc, dtype, side.cu_stream()) };
+                let mut out = DeviceOutputs::new(raw)
+                    .boundary(out_array(&mut o_bm))
+                    .log_z(out_array(&mut o_lz));
+                if let Some(x) = o_bb.as_mut() {
+                    out = out.begin_boundary(out_array(x));
+                }
+                if let Some(x) = o_eb.as_mut() {
+                    out = out.end_boundary(out_array(x));
+                }
+                let before = CudaEngine::reruns();
+                let host = engine.backward_into(&p, &g, out).unwrap();
+                if range && engine == cuda {
+                    assert!(CudaEngine::reruns() > before, "{name}: sequence 1 rerun");
+                }
+                let bits = |v: &mut dyn Iterator<Item = &f64>| {
+                    v.map(|&x| if f32 { f64::from(x as f32) } else { x }.to_bits())
+                        .collect::<Vec<u64>>()
+                };
+                let got = |x: &OnDevice| read_output(x).iter().map(|x| x.to_bits()).collect();
+                let w = &want.grad;
+                let s: Vec<u64> = got(&o_sc);
+                assert!(
+                    s == bits(&mut w.scores.as_ref().unwrap().iter()),
+                    "{name}: scores"
+                );
+                let both = [
+                    (o_bb.as_ref(), w.begin_boundary.as_ref(), "begin"),
+                    (o_eb.as_ref(), w.end_boundary.as_ref(), "end"),
+                ];
+                for (o, wa, side_name) in both {
+                    assert_eq!(o.is_some(), wa.is_some(), "{name}: {side_name} boundary");
+                    if let (Some(o), Some(wa)) = (o, wa) {
+                        let v: Vec<u64> = got(o);
+                        assert!(v == bits(&mut wa.iter()), "{name}: {side_name} boundary");
+                    }
+                }
+                let v: Vec<u64> = got(&o_bm);
+                assert!(
+                    v == bits(&mut want.boundary_marginals.iter()),
+                    "{name}: marginals"
+                );
+                let v: Vec<u64> = got(&o_lz);
+                assert_eq!(
+                    v,
+                    bits(&mut want.log_z.iter()),
+                    "{name}: log Z on the device"
+                );
+                let exact = |v: &mut dyn Iterator<Item = &f64>| {
+                    v.map(|x| x.to_bits()).collect::<Vec<u64>>()
+                };
+                assert_eq!(exact(&mut host.log_z.iter()), exact(&mut want.log_z.iter()));
+                let shared = [
+                    (host.transition.clone(), w.transition.clone()),
+                    (
+                        host.duration.clone().into_dyn(),
+                        w.duration.clone().map(|a| a.into_dyn()),
+                    ),
+                    (
+                        host.start.clone().into_dyn(),
+                        w.start.clone().map(|a| a.into_dyn()),
+                    ),
+                    (
+                        host.end.clone().into_dyn(),
+                        w.end.clone().map(|a| a.into_dyn()),
+                    ),
+                ];
+                for (i, (h, wv)) in shared.into_iter().enumerate() {
+                    let wv = wv.unwrap();
+                    assert_eq!(h.shape(), wv.shape(), "{name}: shared {i}");
+                    assert_eq!(
+                        exact(&mut h.iter()),
+                        exact(&mut wv.iter()),
+                        "{name}: shared {i}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Outputs that do not fit the problem are refused before anything is written: a wrong
+/// length, another element type, a boundary output missing or given for a boundary the
+/// problem lacks, an output overlapping the scores, host memory, and a bad upstream.
+#[test]
+fn bad_outputs_are_refused() {
+    use semicrf_core::Error;
+    use semicrf_cuda::cudarc::driver::{CudaContext, DevicePtr};
+    use semicrf_cuda::{DeviceArray, DeviceArrayMut, DeviceOutputs, DevicePotentials, Dtype};
+    let Some(cuda) = gpu() else { return };
+    let stream = CudaContext::new(0).unwrap().default_stream();
+    let (b, t, c, k) = (2, 10, 3, 4);
+    let lengths = [10, 6];
+    let n = b * t * c;
+    let scores = stream.clone_htod(&vec![0.5f64; n]).unwrap();
+    let bound = stream.clone_htod(&vec![0.1f64; n]).unwrap();
+    let p = DevicePotentials::builder(DeviceArray::f64(&scores), (b, t, c), &lengths, k)
+        .begin_boundary(DeviceArray::f64(&bound))
+        .build(&cuda)
+        .unwrap();
+    let mut ok = stream.alloc_zeros::<f64>(n).unwrap();
+    let mut ok2 = stream.alloc_zeros::<f64>(n).unwrap();
+    let mut short = stream.alloc_zeros::<f64>(n - 1).unwrap();
+    let mut f32s = stream.alloc_zeros::<f32>(n).unwrap();
+    let g = [1.0, 1.0];
+    let unsupported = |e: Error, needle: &str| {
+        let ok = matches!(&e, Error::Unsupported { what, .. } if what.contains(needle));
+        assert!(ok, "{e}");
+    };
+    let e = cuda
+        .backward_into(
+            &p,
+            &g,
+            DeviceOutputs::new(DeviceArrayMut::f64(&mut short))
+                .begin_boundary(DeviceArrayMut::f64(&mut ok2)),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Shape {
+                tensor: "scores output",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = cuda
+        .backward_into(
+            &p,
+            &g,
+            DeviceOutputs::new(DeviceArrayMut::f64(&mut ok))
+                .begin_boundary(DeviceArrayMut::f32(&mut f32s)),
+        )
+        .unwrap_err();
+    unsupported(e, "F32 for potentials of F64");
+    let e = cuda
+        .backward_into(&p, &g, DeviceOutputs::new(DeviceArrayMut::f64(&mut ok)))
+        .unwrap_err();
+    unsupported(e, "begin boundary without");
+    let e = cuda
+        .backward_into(
+            &p,
+            &g,
+            DeviceOutputs::new(DeviceArrayMut::f64(&mut ok))
+                .begin_boundary(DeviceArrayMut::f64(&mut ok2))
+                .end_boundary(DeviceArrayMut::f64(&mut short)),
+        )
+        .unwrap_err();
+    unsupported(e, "end boundary's gradient on a problem without");
+    // The scores' own memory as an output.
+    let at = scores.device_ptr(&stream).0;
+    // SAFETY: never written: the check refuses it first.
+    let alias = unsafe { DeviceArrayMut::from_raw(at, n, Dtype::F64, std::ptr::null_mut()) };
+    let e = cuda
+        .backward_into(
+            &p,
+            &g,
+            DeviceOutputs::new(alias).begin_boundary(DeviceArrayMut::f64(&mut ok2)),
+        )
+        .unwrap_err();
+    unsupported(e, "overlapping scores");
+    let mut host_mem = vec![0.0f64; n];
+    // SAFETY: never written: the check refuses the address first.
+    let not_dev = unsafe {
+        DeviceArrayMut::from_raw(
+            host_mem.as_mut_ptr() as u64,
+            n,
+            Dtype::F64,
+            std::ptr::null_mut(),
+        )
+    };
+    let e = cuda
+        .backward_into(
+            &p,
+            &g,
+            DeviceOutputs::new(not_dev).begin_boundary(DeviceArrayMut::f64(&mut ok2)),
+        )
+        .unwrap_err();
+    unsupported(e, "not device memory");
+    let e = cuda
+        .backward_into(
+            &p,
+            &[1.0],
+            DeviceOutputs::new(DeviceArrayMut::f64(&mut ok))
+                .begin_boundary(DeviceArrayMut::f64(&mut ok2)),
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::Upstream { .. }), "{e}");
+    // And the same outputs, right, are taken.
+    cuda.backward_into(
+        &p,
+        &g,
+        DeviceOutputs::new(DeviceArrayMut::f64(&mut ok))
+            .begin_boundary(DeviceArrayMut::f64(&mut ok2)),
+    )
+    .unwrap();
+}

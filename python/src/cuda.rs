@@ -1,22 +1,15 @@
 //! Tensors already on a GPU (a PyTorch CUDA tensor's `data_ptr()`): the CUDA engine reads
-//! them in place, and the gradients are written into buffers the caller allocated.
-//!
-//! Interim, until the engine writes into caller-given buffers itself: it returns its own
-//! `f64` device buffers, and [`copy_out`] copies them into the caller's on the engine's
-//! stream (`cuMemcpyDtoDAsync` for `float64`, a small NVRTC kernel for `float32`), then
-//! makes the caller's stream wait for that work. See `python/NATIVE.md`.
-
-use std::sync::Mutex;
+//! them in place, and writes the gradients into buffers the caller allocated
+//! (`CudaEngine::backward_into`), ordered before later work on the caller's stream. See
+//! `python/NATIVE.md`.
 
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use semicrf::cuda::cudarc::driver::sys::{self, CUstream};
-use semicrf::cuda::cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg, result,
+use semicrf::cuda::cudarc::driver::sys::CUstream;
+use semicrf::cuda::{
+    CudaEngine, DeviceArray, DeviceArrayMut, DeviceOutputs, DevicePotentials, Dtype, HostBackward,
 };
-use semicrf::cuda::cudarc::nvrtc;
-use semicrf::cuda::{CudaEngine, DeviceArray, DeviceBackward, DevicePotentials, Dtype};
 use semicrf::ndarray::ArrayViewD;
 use semicrf::{Algorithm, EntropySemiring, LogSemiring, entropies};
 
@@ -286,11 +279,29 @@ pub fn cuda_backward<'py>(
     let upstream: Vec<f64> = listed(upstream).extract().map_err(|_| {
         Failure::Type("`upstream` must be a sequence or 1-D array of floats".into())
     })?;
-    let (dtype, dims) = (call.dtype, call.dims);
+    let (dtype, (bn, t, c)) = (call.dtype, call.dims);
     let out = call.run(py, |e, p| {
-        let out = e.backward_on_device(p, &upstream)?;
-        copy_out(&out, &targets, dtype, stream as CUstream, e.ordinal(), dims)?;
-        Ok(out_host(&out))
+        let caller = stream as CUstream;
+        // SAFETY: the caller (the torch layer) passes live, contiguous tensors of `len`
+        // elements of `dtype` on `device`, allocated on `stream`, kept alive until this
+        // returns and used by nothing else meanwhile (python/NATIVE.md); the engine checks
+        // the allocations' sizes and orders `stream` after its writes.
+        let arr = |p: u64, len: usize| unsafe { DeviceArrayMut::from_raw(p, len, dtype, caller) };
+        let n = bn * t * c;
+        let mut outs = DeviceOutputs::new(arr(targets.scores, n));
+        if let Some(p) = targets.begin_boundary {
+            outs = outs.begin_boundary(arr(p, n));
+        }
+        if let Some(p) = targets.end_boundary {
+            outs = outs.end_boundary(arr(p, n));
+        }
+        if let Some(p) = targets.boundary {
+            outs = outs.boundary(arr(p, bn * t));
+        }
+        if let Some(p) = targets.log_z {
+            outs = outs.log_z(arr(p, bn));
+        }
+        Ok(out_host(e.backward_into(p, &upstream, outs)?))
     })?;
     let d = PyDict::new(py);
     d.set_item("log_z", PyArray1::from_vec(py, out.0))?;
@@ -304,14 +315,14 @@ pub fn cuda_backward<'py>(
 
 type HostResults = (Vec<f64>, Vec<(&'static str, semicrf::ndarray::ArrayD<f64>)>);
 
-fn out_host(out: &DeviceBackward) -> HostResults {
+fn out_host(out: HostBackward) -> HostResults {
     (
-        out.log_z.clone(),
+        out.log_z,
         vec![
-            ("transition", out.transition.clone()),
-            ("duration", out.duration.clone().into_dyn()),
-            ("start", out.start.clone().into_dyn()),
-            ("end", out.end.clone().into_dyn()),
+            ("transition", out.transition),
+            ("duration", out.duration.into_dyn()),
+            ("start", out.start.into_dyn()),
+            ("end", out.end.into_dyn()),
         ],
     )
 }
@@ -323,138 +334,4 @@ struct Targets {
     end_boundary: Option<u64>,
     boundary: Option<u64>,
     log_z: Option<u64>,
-}
-
-fn drv(what: &str) -> impl Fn(result::DriverError) -> Failure + '_ {
-    move |e| Failure::Runtime(format!("CUDA driver error while {what}: {e:?}"))
-}
-
-/// Copies the engine's results into the caller's buffers on the engine's stream, then makes
-/// the caller's stream wait for that work. The engine's buffers are freed after this
-/// returns, on the engine's stream, so after the copies.
-fn copy_out(
-    out: &DeviceBackward,
-    to: &Targets,
-    dtype: Dtype,
-    caller: CUstream,
-    ordinal: usize,
-    dims: (usize, usize, usize),
-) -> Outcome<()> {
-    let stream: &CudaStream = out.scores.stream();
-    stream
-        .context()
-        .bind_to_thread()
-        .map_err(drv("binding the context"))?;
-    let (b, t, c) = dims;
-    let pairs: [(Option<&CudaSlice<f64>>, Option<u64>); 4] = [
-        (Some(&out.scores), Some(to.scores)),
-        (out.begin_boundary.as_ref(), to.begin_boundary),
-        (out.end_boundary.as_ref(), to.end_boundary),
-        (Some(&out.boundary_marginals), to.boundary),
-    ];
-    for (i, (src, dst)) in pairs.into_iter().enumerate() {
-        let (Some(src), Some(dst)) = (src, dst) else {
-            continue;
-        };
-        // The engine's buffers may be longer than the results (padding).
-        let n = if i == 3 { b * t } else { b * t * c };
-        let (ptr, _guard) = src.device_ptr(stream);
-        convert(stream, ptr, dst, n, dtype, ordinal)?;
-    }
-    if let Some(dst) = to.log_z {
-        // Pageable host memory: the call returns once the values are staged.
-        let cu = stream.cu_stream();
-        // SAFETY: `dst` holds B elements of `dtype` (the caller's contract).
-        unsafe {
-            match dtype {
-                Dtype::F64 => result::memcpy_htod_async(dst, &out.log_z, cu),
-                Dtype::F32 => {
-                    let v: Vec<f32> = out.log_z.iter().map(|&x| x as f32).collect();
-                    result::memcpy_htod_async(dst, &v, cu)
-                }
-            }
-        }
-        .map_err(drv("copying log Z"))?;
-    }
-    join(stream.cu_stream(), caller)
-}
-
-/// `n` values from the engine's f64 buffer at `src` into the caller's buffer at `dst`.
-fn convert(
-    stream: &CudaStream,
-    src: u64,
-    dst: u64,
-    n: usize,
-    dtype: Dtype,
-    ordinal: usize,
-) -> Outcome<()> {
-    match dtype {
-        // SAFETY: both buffers hold `n` f64 values on this device.
-        Dtype::F64 => unsafe { result::memcpy_dtod_async(dst, src, n * 8, stream.cu_stream()) }
-            .map_err(drv("copying the gradients")),
-        Dtype::F32 => {
-            let f = narrowing_kernel(stream, ordinal)?;
-            let blocks = n.div_ceil(256).clamp(1, 65_535) as u32;
-            let cfg = LaunchConfig {
-                grid_dim: (blocks, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let n64 = n as u64;
-            let mut launch = stream.launch_builder(&f);
-            launch.arg(&src).arg(&dst).arg(&n64);
-            // SAFETY: the kernel reads `n` f64 at `src` and writes `n` f32 at `dst`.
-            unsafe { launch.launch(cfg) }
-                .map(|_| ())
-                .map_err(drv("converting the gradients to float32"))
-        }
-    }
-}
-
-const NARROW: &str = r#"
-extern "C" __global__ void semicrf_f64_to_f32(const double* src, float* dst,
-                                             unsigned long long n) {
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-         i < n; i += (unsigned long long)blockDim.x * gridDim.x) {
-        dst[i] = (float)src[i];
-    }
-}
-"#;
-
-static KERNELS: Mutex<Vec<(usize, CudaFunction)>> = Mutex::new(Vec::new());
-
-/// The `f64 → f32` kernel on device `ordinal`, compiled by NVRTC at its first use there.
-fn narrowing_kernel(stream: &CudaStream, ordinal: usize) -> Outcome<CudaFunction> {
-    let mut cache = KERNELS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, f)) = cache.iter().find(|(o, _)| *o == ordinal) {
-        return Ok(f.clone());
-    }
-    let ptx = nvrtc::compile_ptx(NARROW)
-        .map_err(|e| Failure::Runtime(format!("NVRTC failed on the f64→f32 kernel: {e:?}")))?;
-    let f = stream
-        .context()
-        .load_module(ptx)
-        .and_then(|m| m.load_function("semicrf_f64_to_f32"))
-        .map_err(drv("loading the f64→f32 kernel"))?;
-    cache.push((ordinal, f.clone()));
-    Ok(f)
-}
-
-/// Makes `waiter` wait for the work queued so far on `producer`.
-fn join(producer: CUstream, waiter: CUstream) -> Outcome<()> {
-    let err = drv("ordering the caller's stream after the results");
-    let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(&err)?;
-    // SAFETY: `event` was just created; both streams are live (the engine's, the caller's).
-    let r = unsafe {
-        result::event::record(event, producer).and_then(|_| {
-            result::stream::wait_event(
-                waiter,
-                event,
-                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-            )
-        })
-    };
-    // SAFETY: destroying an event whose wait is queued releases it once it completes.
-    let d = unsafe { result::event::destroy(event) };
-    r.and(d).map_err(err)
 }

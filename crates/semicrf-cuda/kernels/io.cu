@@ -1,5 +1,7 @@
 // Kernels around a call's inputs and outputs.
 //
+// `narrow_f32` (at the end): results into a caller's f32 buffer.
+//
 // `check_input`: the checks of potentials that are already on the device (the host checks its
 // own arrays when they are built): for one (B, T, C) array, each sequence's first NaN or +inf, and
 // what its magnitude bound needs (the `range` module of semicrf-core): the largest finite
@@ -99,6 +101,15 @@ extern "C" __global__ void meet_sum(const double* pdur, const double* ptr, const
         acc = __dadd_rn(acc, __dmul_rn(up[b], __dadd_rn(y, z)));
     }
     red[i] = acc;
+}
+
+// `narrow_f32`: a result computed in f64 into the caller's f32 buffer, each value rounded to
+// the nearest f32 (as the host's `as f32`), `n` values, a grid-stride loop.
+extern "C" __global__ void narrow_f32(const double* src, float* dst, const i64 n) {
+    const i64 step = (i64)blockDim.x * gridDim.x;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        dst[i] = __double2float_rn(src[i]);
+    }
 }
 
 #endif  // KERNELS_IO_CU

@@ -6,10 +6,11 @@ use semicrf_core::{
     Query, Result, Scalar, Semiring,
 };
 
-use crate::call::{Model, Source, StreamCall};
+use crate::call::{Model, Source, StreamCall, Targets};
 use crate::device::{self, MemoryUse};
 use crate::edge;
 use crate::kernel::{SemiringId, What};
+use crate::outputs::{DeviceOutputs, HostBackward};
 use crate::resident::{DeviceBackward, DevicePotentials, DevicePotentialsBuilder};
 use crate::streaming::{self, BackwardResults};
 use crate::tuning::tuning;
@@ -181,17 +182,48 @@ impl CudaEngine {
         let src = p.source();
         let then = |call: &StreamCall<'_>, out: BackwardResults<'_>, _| {
             call.gpu.stream.synchronize().map_err(|e| call.err(e))?;
-            Ok(DeviceBackward::new(out, shape))
+            DeviceBackward::new(out, shape, call.backend)
         };
+        let none = Targets::default();
+        let linear = self.linear;
         streaming::backward(
-            &gpu,
-            &backend,
-            &p.model,
-            src,
-            upstream,
-            self.linear,
-            false,
-            then,
+            &gpu, &backend, &p.model, src, upstream, linear, false, &none, then,
+        )
+    }
+
+    /// Forward and backward on potentials in device memory, the `(B, T, C)` gradients, the
+    /// boundary marginals and log Z written into the caller's device arrays `out` (see
+    /// [`DeviceOutputs`]: of the potentials' element type; for `f32` through an `f64`
+    /// scratch of each result, for `f64` by the kernels themselves); log Z and the shared
+    /// parameters' gradients are returned on the host. The values are those of
+    /// [`CudaEngine::backward_on_device`], bit for bit (rounded to `f32` for `f32`). The
+    /// streaming algorithm only.
+    ///
+    /// Order: the engine's stream first waits for the work queued so far on the streams of
+    /// the inputs and of the outputs; before returning, each output's stream is made to
+    /// wait (an event) for the writes, so work queued there afterwards sees them. The call
+    /// returns when its own work is done.
+    ///
+    /// The outputs are checked first ([`Error::Shape`] for a wrong length,
+    /// [`Error::Unsupported`] for another element type, a boundary output missing where the
+    /// problem has that boundary or given where it has not, arrays that overlap, or an
+    /// address not in this device's memory or whose allocation is too short).
+    pub fn backward_into(
+        &self,
+        p: &DevicePotentials<'_>,
+        upstream: &[f64],
+        out: DeviceOutputs<'_>,
+    ) -> Result<HostBackward> {
+        let gpu = self.resident(p)?;
+        semicrf_core::check_upstream(upstream, p.shape().batch)?;
+        let backend = self.backend();
+        out.check_on(&gpu, &backend, p)?;
+        semicrf_core::range::check_probabilities_of(p.magnitudes(), p.lengths())?;
+        out.wait_for_owners(&gpu, &backend, p)?;
+        let then = |call: &StreamCall<'_>, res: BackwardResults<'_>, _| out.finish(call, res);
+        let (src, to, linear) = (p.source(), out.targets(), self.linear);
+        streaming::backward(
+            &gpu, &backend, &p.model, src, upstream, linear, false, &to, then,
         )
     }
 
@@ -365,7 +397,10 @@ impl<F: Scalar> Engine<F> for CudaEngine {
         let (backend, linear) = (self.backend(), self.linear);
         let then =
             |call: &StreamCall<'_>, out: BackwardResults<'_>, ready| out.into_host(call, ready);
-        streaming::backward(&gpu, &backend, &model, src, upstream, linear, true, then)
+        let none = Targets::default();
+        streaming::backward(
+            &gpu, &backend, &model, src, upstream, linear, true, &none, then,
+        )
     }
     fn viterbi(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
         let gpu = self.gpu()?;

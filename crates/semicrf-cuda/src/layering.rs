@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The layers, lowest first (the crate docs' table).
-const ORDER: [&str; 11] = [
+const ORDER: [&str; 12] = [
     "tuning",
     "kernel",
     "device",
@@ -17,6 +17,7 @@ const ORDER: [&str; 11] = [
     "streaming",
     "edge",
     "resident",
+    "outputs",
     "engine",
 ];
 

@@ -111,6 +111,11 @@
 //! [`CudaEngine::backward_on_device`] and [`CudaEngine::viterbi_on_device`] give what the
 //! same potentials from the host give, bit for bit (a test checks it), with the backward's
 //! `(B, T, C)` gradients and boundary marginals left on the device ([`DeviceBackward`]).
+//! [`CudaEngine::backward_into`] writes them, and log Z, into arrays the caller allocated
+//! instead ([`DeviceOutputs`] of [`DeviceArrayMut`]s, such as tensors a framework allocated
+//! for the gradients), ordered before later work on their streams: by the kernels
+//! themselves for `f64`, through an `f64` scratch of each result and a rounding kernel
+//! (`narrow_f32` in `kernels/io.cu`) for `f32`.
 //!
 //! **Determinism.** Every reduction has a fixed order (lanes and threads in index order,
 //! then a fixed butterfly), every accumulator of a gradient is owned by one thread, and the
@@ -158,6 +163,7 @@
 //! | `streaming` | the streaming algorithm: meet where it can, log domain otherwise and for reruns; results, memory |
 //! | `edge` | the edge-form kernels (`kernels/edge.cu`): exact and scan |
 //! | `resident` | potentials in device memory and results left there; their checks (`kernels/io.cu`) |
+//! | `outputs` | a backward pass's results written into the caller's device arrays; their checks, streams and `f32` conversion |
 //! | `engine` | [`CudaEngine`] |
 #![deny(missing_docs)]
 
@@ -170,6 +176,7 @@ mod engine;
 mod kernel;
 mod logdomain;
 mod meet;
+mod outputs;
 mod resident;
 mod streaming;
 mod transfer;
@@ -178,6 +185,7 @@ mod tuning;
 pub use cudarc;
 pub use device::MemoryUse;
 pub use engine::CudaEngine;
+pub use outputs::{DeviceArrayMut, DeviceOutputs, HostBackward};
 pub use resident::{DeviceArray, DeviceBackward, DevicePotentials, DevicePotentialsBuilder, Dtype};
 #[cfg(doc)]
 use semicrf_core::{Algorithm, Engine, EngineInfo, Error};

@@ -10,8 +10,8 @@ use ndarray::{Array1, Array2, Array3, ArrayD, ArrayView, ArrayViewD, Dimension};
 use semicrf_core::range::{self, Largest, Magnitude};
 use semicrf_core::{Backward, Error, Gradients, Potentials, Result, Shape};
 
-use crate::call::{Model, Source};
-use crate::device::{Gpu, driver};
+use crate::call::{Buf, Model, Source};
+use crate::device::{Gpu, driver, wait_for};
 use crate::kernel::{CheckArgs, DevPtr, Kernel};
 use crate::streaming::BackwardResults;
 
@@ -25,7 +25,8 @@ pub enum Dtype {
 }
 
 impl Dtype {
-    fn bytes(self) -> usize {
+    /// Bytes per element.
+    pub(crate) fn bytes(self) -> usize {
         match self {
             Dtype::F32 => 4,
             Dtype::F64 => 8,
@@ -94,6 +95,18 @@ impl<'a> DeviceArray<'a> {
         }
     }
 
+    /// The same description of memory whose use the caller vouches for (an output's, for
+    /// its checks).
+    pub(crate) fn at(ptr: u64, len: usize, dtype: Dtype, stream: usize) -> Self {
+        DeviceArray {
+            ptr,
+            len,
+            dtype,
+            stream,
+            _borrow: PhantomData,
+        }
+    }
+
     /// The device address.
     pub fn ptr(&self) -> u64 {
         self.ptr
@@ -119,8 +132,8 @@ impl<'a> DeviceArray<'a> {
 /// [`DeviceArray`]s, the shared parameters (transition, duration, start, end, small) and
 /// the lengths on the host. Built by [`DevicePotentialsBuilder::build`], which checks it
 /// as [`Potentials`] are checked, the device arrays by a kernel; then used by
-/// [`crate::CudaEngine::forward_on_device`], [`crate::CudaEngine::backward_on_device`] and
-/// [`crate::CudaEngine::viterbi_on_device`].
+/// [`crate::CudaEngine::forward_on_device`], [`crate::CudaEngine::backward_on_device`],
+/// [`crate::CudaEngine::backward_into`] and [`crate::CudaEngine::viterbi_on_device`].
 ///
 /// ```no_run
 /// use cudarc::driver::CudaContext;
@@ -220,32 +233,18 @@ impl<'a> DevicePotentials<'a> {
     /// Makes `gpu`'s stream wait for the work queued so far on the streams that write the
     /// arrays.
     pub(crate) fn wait_for_producers(&self, gpu: &Gpu, backend: &str) -> Result<()> {
-        let mut seen = Vec::new();
-        for (_, a) in self.arrays() {
-            if seen.contains(&a.stream) {
-                continue;
-            }
-            seen.push(a.stream);
-            let err = |e| driver(backend, e);
-            let event =
-                cudarc::driver::result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-                    .map_err(err)?;
-            // SAFETY: `event` was just created; the stream is the caller's live stream
-            // (`DeviceArray::from_raw`) or a cudarc buffer's.
-            let r = unsafe {
-                cudarc::driver::result::event::record(event, a.stream as CUstream).and_then(|_| {
-                    cudarc::driver::result::stream::wait_event(
-                        gpu.stream.cu_stream(),
-                        event,
-                        sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                    )
-                })
-            };
-            // SAFETY: destroying an event whose wait is queued releases it once it completes.
-            let d = unsafe { cudarc::driver::result::event::destroy(event) };
-            r.and(d).map_err(err)?;
-        }
-        Ok(())
+        wait_for(gpu, backend, self.streams())
+    }
+
+    /// The streams that write the arrays (`CUstream`s as integers).
+    pub(crate) fn streams(&self) -> impl Iterator<Item = usize> {
+        self.arrays().map(|(_, a)| a.stream)
+    }
+
+    /// Each given position tensor's name, device address and bytes.
+    pub(crate) fn extents(&self) -> impl Iterator<Item = (&'static str, u64, u64)> {
+        self.arrays()
+            .map(|(n, a)| (n, a.ptr, (a.len * a.dtype.bytes()) as u64))
     }
 }
 
@@ -397,7 +396,7 @@ fn internal(backend: &str, e: impl std::fmt::Display) -> Error {
 
 /// Refuses an array that is not in device `ordinal`'s memory or whose allocation does not
 /// hold it.
-fn check_address(
+pub(crate) fn check_address(
     gpu: &Gpu,
     backend: &str,
     ordinal: usize,
@@ -632,19 +631,21 @@ pub struct DeviceBackward {
 }
 
 impl DeviceBackward {
-    pub(crate) fn new(o: BackwardResults, shape: Shape) -> Self {
-        DeviceBackward {
+    /// The results of a call that wrote its own buffers.
+    pub(crate) fn new(o: BackwardResults, shape: Shape, backend: &str) -> Result<Self> {
+        let own = |b: Buf| b.into_own(backend);
+        Ok(DeviceBackward {
             log_z: o.log_z,
-            scores: o.gsc,
-            begin_boundary: o.gbb,
-            end_boundary: o.geb,
-            boundary_marginals: o.bmarg,
+            scores: own(o.gsc)?,
+            begin_boundary: o.gbb.map(own).transpose()?,
+            end_boundary: o.geb.map(own).transpose()?,
+            boundary_marginals: own(o.bmarg)?,
             transition: o.transition,
             duration: o.duration,
             start: o.start,
             end: o.end,
             shape,
-        }
+        })
     }
 
     /// Everything on the host, as [`semicrf_core::Engine::backward`] returns it.

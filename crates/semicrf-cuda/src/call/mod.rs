@@ -216,6 +216,88 @@ impl<'g> StreamCall<'g> {
     }
 }
 
+/// The caller's `f64` device buffers a backward pass writes its large results into, where
+/// given (else the engine allocates its own): the scores' gradient `(B, T, C)`, the
+/// boundaries' (given only where the problem has that boundary) and the boundary marginals
+/// `(B, T)`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Targets {
+    pub(crate) sc: Option<DevPtr>,
+    pub(crate) bb: Option<DevPtr>,
+    pub(crate) eb: Option<DevPtr>,
+    pub(crate) bm: Option<DevPtr>,
+}
+
+/// A large result of a backward pass on the device: in the engine's own buffer, or in the
+/// caller's ([`Targets`]).
+pub(crate) enum Buf {
+    Own(CudaSlice<f64>),
+    Given(DevPtr),
+}
+
+impl Buf {
+    /// Its address.
+    pub(crate) fn ptr(&self, call: &StreamCall<'_>) -> DevPtr {
+        match self {
+            Buf::Own(s) => call.ptr(s),
+            Buf::Given(p) => *p,
+        }
+    }
+
+    /// The engine's own buffer (a call whose results are read back has no other).
+    pub(crate) fn own(&self, backend: &str) -> Result<&CudaSlice<f64>> {
+        match self {
+            Buf::Own(s) => Ok(s),
+            Buf::Given(_) => Err(not_own(backend)),
+        }
+    }
+
+    /// [`Buf::own`], whole.
+    pub(crate) fn view<'s>(&'s self, backend: &str) -> Result<cudarc::driver::CudaView<'s, f64>> {
+        Ok(self.own(backend)?.slice(..))
+    }
+
+    /// [`Buf::own`], by value.
+    pub(crate) fn into_own(self, backend: &str) -> Result<CudaSlice<f64>> {
+        match self {
+            Buf::Own(s) => Ok(s),
+            Buf::Given(_) => Err(not_own(backend)),
+        }
+    }
+}
+
+fn not_own(backend: &str) -> Error {
+    Error::Device {
+        backend: backend.into(),
+        message: "a result written into the caller's buffer was to be read back".into(),
+    }
+}
+
+impl StreamCall<'_> {
+    /// A result buffer of `n` values, zeroed on the call's stream (the kernels write only
+    /// the positions within each sequence's length, and accumulate some marginals in
+    /// place): the caller's where `given`, else the engine's own.
+    pub(crate) fn result_buf(&self, given: Option<DevPtr>, n: usize) -> Result<Buf> {
+        match given {
+            Some(p) => {
+                // SAFETY: `p` holds `n` f64 of this device (checked by the caller of the
+                // call, `outputs::DeviceOutputs`); the memset is ordered on the call's stream.
+                unsafe {
+                    cudarc::driver::result::memset_d8_async(
+                        p.addr(),
+                        0,
+                        n * 8,
+                        self.gpu.stream.cu_stream(),
+                    )
+                }
+                .map_err(|e| self.err(e))?;
+                Ok(Buf::Given(p))
+            }
+            None => Ok(Buf::Own(self.zeros::<f64>(n)?)),
+        }
+    }
+}
+
 /// Sequences to run a kernel on.
 pub(crate) struct Seq {
     pub(crate) host: Vec<usize>,

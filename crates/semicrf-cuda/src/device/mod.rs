@@ -198,6 +198,45 @@ impl Gpu {
 #[derive(Default)]
 pub(crate) struct Stage(pub(crate) Mutex<Option<PinnedHostSlice<u8>>>);
 
+/// Makes stream `waiter` wait for the work queued so far on stream `producer` (an event;
+/// both `CUstream`s as integers, 0 the legacy default stream), without blocking the host.
+pub(crate) fn join(producer: usize, waiter: usize) -> std::result::Result<(), DriverError> {
+    use cudarc::driver::{result::event, result::stream, sys};
+    let e = event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
+    // SAFETY: `e` was just created; both streams are live (the engine's, a caller's or a
+    // cudarc buffer's, which the caller keeps alive through the call).
+    let r = unsafe {
+        event::record(e, producer as sys::CUstream).and_then(|_| {
+            stream::wait_event(
+                waiter as sys::CUstream,
+                e,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        })
+    };
+    // SAFETY: destroying an event whose wait is queued releases it once it completes.
+    let d = unsafe { event::destroy(e) };
+    r.and(d)
+}
+
+/// Makes `gpu`'s stream wait for the work queued so far on each of `streams` (`CUstream`s
+/// as integers), once each.
+pub(crate) fn wait_for(
+    gpu: &Gpu,
+    backend: &str,
+    streams: impl Iterator<Item = usize>,
+) -> Result<()> {
+    gpu.ctx.bind_to_thread().map_err(|e| driver(backend, e))?;
+    let mut seen = Vec::new();
+    for s in streams {
+        if !seen.contains(&s) {
+            seen.push(s);
+            join(s, gpu.stream.cu_stream() as usize).map_err(|e| driver(backend, e))?;
+        }
+    }
+    Ok(())
+}
+
 /// A driver error as this crate's [`Error::Device`].
 pub(crate) fn driver(backend: &str, e: DriverError) -> Error {
     Error::Device {

@@ -24,6 +24,11 @@ impl DevPtr {
         DevPtr(addr)
     }
 
+    /// The address as a number.
+    pub(crate) fn addr(self) -> u64 {
+        self.0
+    }
+
     /// The address of a buffer, as the kernels on `stream` see it.
     pub(crate) fn of<T>(s: &CudaSlice<T>, stream: &std::sync::Arc<CudaStream>) -> DevPtr {
         DevPtr(s.device_ptr(stream).0)

@@ -199,6 +199,8 @@ kernels! {
     CheckInput = "check_input",
     /// The batch's weighted duration and transition marginals of the meet backward.
     MeetSum = "meet_sum",
+    /// `f64` results into a caller's `f32` buffer.
+    NarrowF32 = "narrow_f32",
 }
 
 /// A pass of the meet kernels.

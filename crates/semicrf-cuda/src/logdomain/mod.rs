@@ -5,7 +5,7 @@
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use semicrf_core::{Error, Result};
 
-use crate::call::{Seq, StreamCall};
+use crate::call::{Buf, Seq, StreamCall, Targets};
 use crate::kernel::{DevPtr, Kernel, SemiringId, StreamArgs};
 
 /// A kernel's use of shared memory.
@@ -202,22 +202,26 @@ pub(crate) fn part<'s>(
     s: &'s Option<CudaSlice<f64>>,
     call: &StreamCall<'_>,
 ) -> Result<&'s CudaSlice<f64>> {
-    s.as_ref().ok_or_else(|| Error::Device {
+    s.as_ref().ok_or_else(|| missing(call))
+}
+
+fn missing(call: &StreamCall<'_>) -> Error {
+    Error::Device {
         backend: call.backend.into(),
         message: "a buffer of the log-domain backward was not allocated".into(),
-    })
+    }
 }
 
 /// The log-domain backward's outputs: position, begin and end marginals, boundary
 /// marginals, per-sequence duration, transition, start and end marginals.
 pub(crate) struct LogGrads {
-    pub(crate) gsc: CudaSlice<f64>,
+    pub(crate) gsc: Buf,
     /// `None`: begin marginals are kept in `gsc` (the kernels' `bwd_tail`).
-    pub(crate) gbb: Option<CudaSlice<f64>>,
+    pub(crate) gbb: Option<Buf>,
     /// `None` where neither the end boundary nor a rerun needs it (as the next two where no
     /// sequence of `kernels/meet.cu` is rerun).
-    pub(crate) geb: Option<CudaSlice<f64>>,
-    pub(crate) bmarg: CudaSlice<f64>,
+    pub(crate) geb: Option<Buf>,
+    pub(crate) bmarg: Buf,
     pub(crate) pdur: Option<CudaSlice<f64>>,
     pub(crate) ptr: Option<CudaSlice<f64>>,
     /// Start and end marginals: addresses of `bn·c` values each (in `own` or in the
@@ -229,8 +233,10 @@ pub(crate) struct LogGrads {
 }
 
 impl LogGrads {
-    /// The buffers of a log-domain backward of every sequence of `call`.
-    pub(crate) fn new(call: &StreamCall<'_>, gbb: bool) -> Result<LogGrads> {
+    /// The buffers of a log-domain backward of every sequence of `call`, the large results
+    /// in the caller's buffers where `to` gives them (the end marginals in the engine's own
+    /// where the problem has no end boundary: the kernel writes them).
+    pub(crate) fn new(call: &StreamCall<'_>, gbb: bool, to: &Targets) -> Result<LogGrads> {
         let sh = call.shape;
         let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
         let btc = bn * t * c;
@@ -238,10 +244,14 @@ impl LogGrads {
         let z = |n: usize| call.zeros::<f64>(n);
         let (pst, pen) = (z(bn * c)?, z(bn * c)?);
         Ok(LogGrads {
-            gsc: z(btc)?,
-            gbb: if gbb { Some(z(btc)?) } else { None },
-            geb: Some(z(btc)?),
-            bmarg: z(bn * t)?,
+            gsc: call.result_buf(to.sc, btc)?,
+            gbb: if gbb {
+                Some(call.result_buf(to.bb, btc)?)
+            } else {
+                None
+            },
+            geb: Some(call.result_buf(to.eb, btc)?),
+            bmarg: call.result_buf(to.bm, bn * t)?,
             pdur: Some(z(bn * k * c)?),
             ptr: Some(z(bn * ntr)?),
             pst: call.ptr(&pst),
@@ -271,10 +281,10 @@ impl LogGrads {
         a.ring2 = call.ptr(&ring2);
         a.alpha = alpha;
         a.u = u;
-        a.gsc = call.ptr(&self.gsc);
-        a.gbb = self.gbb.as_ref().map_or(a.gsc, |g| call.ptr(g));
-        a.geb = call.ptr(part(&self.geb, call)?);
-        a.bmarg = call.ptr(&self.bmarg);
+        a.gsc = self.gsc.ptr(call);
+        a.gbb = self.gbb.as_ref().map_or(a.gsc, |g| g.ptr(call));
+        a.geb = self.geb.as_ref().ok_or_else(|| missing(call))?.ptr(call);
+        a.bmarg = self.bmarg.ptr(call);
         a.pdur = call.ptr(part(&self.pdur, call)?);
         a.ptr = call.ptr(part(&self.ptr, call)?);
         a.pst = self.pst;

@@ -6,7 +6,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use semicrf_core::{Error, Result};
 
 use super::plan::{Layout, layout, placed, rows, state_words};
-use crate::call::StreamCall;
+use crate::call::{Buf, StreamCall, Targets};
 use crate::kernel::{DevPtr, Kernel, MeetArgs, MeetPass, max_threads};
 
 /// Buffers of one call of the kernels, carved out of one zeroed allocation (one allocation
@@ -327,16 +327,23 @@ impl StreamCall<'_> {
 
 /// A backward pass's outputs on the device (beyond the small ones of [`Bufs`]).
 pub(crate) struct MeetGrads {
-    pub gsc: CudaSlice<f64>,
-    pub gbb: CudaSlice<f64>,
-    pub geb: Option<CudaSlice<f64>>,
-    pub bmarg: CudaSlice<f64>,
+    pub gsc: Buf,
+    /// Written whether or not the problem has a begin boundary.
+    pub gbb: Buf,
+    pub geb: Option<Buf>,
+    pub bmarg: Buf,
 }
 
 impl StreamCall<'_> {
     /// The backward pass, launched: outputs in `MeetGrads` and among the small outputs (per
     /// sweep for the duration and transition marginals), log Z there too, and the flags.
-    pub(crate) fn meet_backward(&self, par: DevPtr, eb: bool) -> Result<(Bufs, MeetGrads)> {
+    /// The large outputs are the caller's buffers where `to` gives them.
+    pub(crate) fn meet_backward(
+        &self,
+        par: DevPtr,
+        eb: bool,
+        to: &Targets,
+    ) -> Result<(Bufs, MeetGrads)> {
         let sh = self.shape;
         let (b, t, c) = (sh.batch, sh.len, sh.labels);
         let la = self.meet_layout(false);
@@ -364,19 +371,19 @@ impl StreamCall<'_> {
         // The outputs, which only the second kernel writes, are made ready while the first
         // runs.
         let g = MeetGrads {
-            gsc: self.zeros::<f64>(b * t * c)?,
-            gbb: self.zeros::<f64>(b * t * c)?,
+            gsc: self.result_buf(to.sc, b * t * c)?,
+            gbb: self.result_buf(to.bb, b * t * c)?,
             geb: if eb {
-                Some(self.zeros::<f64>(b * t * c)?)
+                Some(self.result_buf(to.eb, b * t * c)?)
             } else {
                 None
             },
-            bmarg: self.zeros::<f64>(b * t)?,
+            bmarg: self.result_buf(to.bm, b * t)?,
         };
-        a.gsc = self.ptr(&g.gsc);
-        a.gbb = self.ptr(&g.gbb);
-        a.geb = self.opt(&g.geb);
-        a.bmarg = self.ptr(&g.bmarg);
+        a.gsc = g.gsc.ptr(self);
+        a.gbb = g.gbb.ptr(self);
+        a.geb = g.geb.as_ref().map_or(DevPtr::NULL, |x| x.ptr(self));
+        a.bmarg = g.bmarg.ptr(self);
         a.acc = lb.acc as i32;
         self.meet_launch(MeetPass::Backward, 2 * b, lb, &a)?;
         bufs.small.sum(self)?;

@@ -13,7 +13,7 @@ use results::StagedResults;
 use results::weighted;
 pub(crate) use results::{BackwardResults, ready_outputs};
 
-use crate::call::{Model, Source, StreamCall};
+use crate::call::{Buf, Model, Source, StreamCall, Targets};
 use crate::device::Gpu;
 use crate::kernel::{DevPtr, Kernel, SemiringId};
 use crate::logdomain::{LogGrads, part};
@@ -141,6 +141,8 @@ pub(crate) fn viterbi<F: Scalar>(
 /// (`meet`). `then` is given them (and the call, to read them) before the device is free
 /// for the next call; where `host` (the caller reads them back), with the host arrays of
 /// [`ready_outputs`], and small results already on their way back ([`BackwardResults::into_host`]).
+/// The large results are written into the caller's buffers where `to` gives them (not with
+/// `host`).
 pub(crate) fn backward<F: Scalar, R>(
     gpu: &Gpu,
     backend: &str,
@@ -149,6 +151,7 @@ pub(crate) fn backward<F: Scalar, R>(
     upstream: &[f64],
     meet: bool,
     host: bool,
+    to: &Targets,
     then: impl FnOnce(&StreamCall<'_>, BackwardResults<'_>, Option<[Vec<f64>; 4]>) -> Result<R>,
 ) -> Result<R> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -161,8 +164,8 @@ pub(crate) fn backward<F: Scalar, R>(
         meet_setup(gpu, model, meet),
     )?;
     let (g, arrays) = match call.par {
-        Some(par) => meet_backward(&call, par, upstream, host)?,
-        None => log_backward(&call, upstream, host)?,
+        Some(par) => meet_backward(&call, par, upstream, host, to)?,
+        None => log_backward(&call, upstream, host, to)?,
     };
     then(&call, g, arrays)
 }
@@ -173,6 +176,7 @@ fn log_backward<'g>(
     call: &StreamCall<'g>,
     upstream: &[f64],
     host: bool,
+    to: &Targets,
 ) -> Result<(BackwardResults<'g>, Option<[Vec<f64>; 4]>)> {
     let sh = call.shape;
     let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
@@ -192,7 +196,7 @@ fn log_backward<'g>(
     let out = fwd.out.as_ref().expect("its own output");
     let log_z: Vec<f64> = call.back(out)?.chunks(2).map(|w| w[0]).collect();
     semicrf_core::check_feasible(&log_z)?;
-    let o = LogGrads::new(call, call.model.has_bb)?;
+    let o = LogGrads::new(call, call.model.has_bb, to)?;
     let mut a = call.args();
     let _bufs = o.fill(call, &mut a, &log_z, call.ptr(&alpha), call.opt(&u))?;
     let kernel = if dd {
@@ -223,26 +227,31 @@ fn meet_backward<'g>(
     par: DevPtr,
     upstream: &[f64],
     host: bool,
+    to: &Targets,
 ) -> Result<(BackwardResults<'g>, Option<[Vec<f64>; 4]>)> {
     let sh = call.shape;
     let (bn, k, c) = (sh.batch, sh.max_duration, sh.labels);
     let m = call.model;
-    let (bufs, g) = call.meet_backward(par, m.has_eb)?;
+    let (bufs, g) = call.meet_backward(par, m.has_eb, to)?;
     let mut staged = if host {
-        // The small outputs, then the large ones the caller gets.
-        let mut srcs = vec![bufs.small_part(), g.gsc.slice(..)];
-        let bb = m.has_bb.then(|| {
-            srcs.push(g.gbb.slice(..));
-            srcs.len() - 1
-        });
+        // The small outputs, then the large ones the caller gets (all the engine's own: a
+        // call read back has no targets).
+        let own = |b| Buf::view(b, call.backend);
+        let mut srcs = vec![bufs.small_part(), own(&g.gsc)?];
+        let bb = if m.has_bb {
+            srcs.push(own(&g.gbb)?);
+            Some(srcs.len() - 1)
+        } else {
+            None
+        };
         let eb = match g.geb.as_ref().filter(|_| m.has_eb) {
             Some(x) => {
-                srcs.push(x.slice(..));
+                srcs.push(own(x)?);
                 Some(srcs.len() - 1)
             }
             None => None,
         };
-        srcs.push(g.bmarg.slice(..));
+        srcs.push(own(&g.bmarg)?);
         let bm = srcs.len() - 1;
         call.gpu
             .stage_all(&srcs)
@@ -276,7 +285,7 @@ fn meet_backward<'g>(
         gbb: Some(g.gbb),
         geb: match g.geb {
             Some(x) => Some(x),
-            None => rerun(bn * sh.len * c)?,
+            None => rerun(bn * sh.len * c)?.map(Buf::Own),
         },
         bmarg: g.bmarg,
         pdur: rerun(bn * k * c)?,

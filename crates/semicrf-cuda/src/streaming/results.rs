@@ -6,7 +6,7 @@ use cudarc::driver::CudaSlice;
 use ndarray::{Array1, Array2, Array3, ArrayD, IxDyn};
 use semicrf_core::{Backward, Error, Gradients, Result};
 
-use crate::call::{Model, StreamCall};
+use crate::call::{Buf, Model, StreamCall};
 use crate::logdomain::LogGrads;
 use crate::transfer::stage::Staged;
 
@@ -25,10 +25,10 @@ pub(crate) struct StagedResults<'g> {
 /// batch) on the host.
 pub(crate) struct BackwardResults<'g> {
     pub(crate) log_z: Vec<f64>,
-    pub(crate) gsc: CudaSlice<f64>,
-    pub(crate) gbb: Option<CudaSlice<f64>>,
-    pub(crate) geb: Option<CudaSlice<f64>>,
-    pub(crate) bmarg: CudaSlice<f64>,
+    pub(crate) gsc: Buf,
+    pub(crate) gbb: Option<Buf>,
+    pub(crate) geb: Option<Buf>,
+    pub(crate) bmarg: Buf,
     pub(crate) transition: ArrayD<f64>,
     pub(crate) duration: Array2<f64>,
     pub(crate) start: Array1<f64>,
@@ -119,13 +119,13 @@ impl BackwardResults<'_> {
                 .map_err(|e| call.err(e))?;
             Ok(v)
         };
-        let to3 = |s: &CudaSlice<f64>, part, v| {
+        let to3 = |s: &Buf, part, v| {
+            let s = s.own(call.backend)?;
             Array3::from_shape_vec((bn, t, c), back(s, part, v)?).map_err(|e| call.shape_err(e))
         };
-        let opt3 =
-            |s: &Option<CudaSlice<f64>>, part, v| s.as_ref().map(|s| to3(s, part, v)).transpose();
-        let bm = Array2::from_shape_vec((bn, t), back(&self.bmarg, staged.map(|s| s.bm), r_bm)?)
-            .map_err(|e| call.shape_err(e))?;
+        let opt3 = |s: &Option<Buf>, part, v| s.as_ref().map(|s| to3(s, part, v)).transpose();
+        let bm = back(self.bmarg.own(call.backend)?, staged.map(|s| s.bm), r_bm)?;
+        let bm = Array2::from_shape_vec((bn, t), bm).map_err(|e| call.shape_err(e))?;
         Ok(Backward {
             log_z: self.log_z,
             grad: Gradients {

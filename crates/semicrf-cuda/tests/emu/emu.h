@@ -152,6 +152,8 @@ inline float __int_as_float(int x) { float r; std::memcpy(&r, &x, 4); return r; 
 // CUDA's correctly rounded operations, which IEEE double arithmetic is (C++20 in ISO mode
 // does not fuse them).
 inline double __dadd_rn(double a, double b) { return a + b; }
+// The host's float conversion rounds to nearest, as the intrinsic does.
+inline float __double2float_rn(double x) { return (float)x; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 
 namespace emu {

@@ -1,0 +1,72 @@
+//! Median wall-clock times of one complete [`semicrf_cuda::CudaEngine::backward_into`] call
+//! on potentials already on the GPU, at canonical shapes: the Rust API's cost of what the
+//! Python binding's `cuda_backward` does per call, to set the binding's overhead against.
+//!
+//! ```text
+//! cargo run --release -p semicrf-bench --features cuda --bin device_times -- \
+//!     [--repeats 21] [S1 S2 ...]
+//! ```
+//!
+//! The scores `(B, T, C)` are uploaded once as `f32` device arrays (cudarc), with
+//! preallocated `f32` outputs for their gradient and log Z. Each timed call builds and
+//! checks the [`semicrf_cuda::DevicePotentials`] (scores, transition and duration: the
+//! inputs of `python/examples/bench_head.py`'s bare `log_partition(hidden, lengths, k, tr,
+//! dur)` step, no start, end or boundaries) and runs the backward pass into the outputs;
+//! it returns when the device's work is done. After one untimed call, the median of
+//! `--repeats` calls by the host's clock (`std::time::Instant`). One line per shape:
+//! `S1 (32, 64, 7, 9) rust backward_into 0.123 ms`.
+
+use ndarray::ArrayViewD;
+use semicrf_bench::{CANONICAL, SEED, canonical, median, ones, problem, time_ms};
+use semicrf_cuda::cudarc::driver::CudaContext;
+use semicrf_cuda::{CudaEngine, DeviceArray, DeviceArrayMut, DeviceOutputs, DevicePotentials};
+
+fn main() {
+    let mut repeats = 21usize;
+    let mut shapes = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--repeats" => {
+                repeats = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--repeats takes an integer")
+            }
+            id => shapes.push(id.to_uppercase()),
+        }
+    }
+    if shapes.is_empty() {
+        shapes = CANONICAL.iter().take(7).map(|c| c.id.to_string()).collect();
+    }
+    let engine = CudaEngine::usable_or_skip(0).expect("a usable GPU");
+    let stream = CudaContext::new(0).expect("CUDA device 0").default_stream();
+    for id in shapes {
+        let s = canonical(&id).unwrap_or_else(|| panic!("unknown shape {id}"));
+        let (b, t, k, c) = (s.batch, s.len, s.max_duration, s.labels);
+        let owned = problem(s, SEED);
+        let widen = |a: &ndarray::ArrayD<f32>| a.mapv(f64::from);
+        let tr = widen(owned.transition.as_ref().expect("a transition"));
+        let dur = widen(owned.duration.as_ref().expect("a duration"));
+        let flat: Vec<f32> = owned.scores.iter().copied().collect();
+        let scores = stream.clone_htod(&flat).expect("scores on the device");
+        let mut grad = stream.alloc_zeros::<f32>(b * t * c).expect("an output");
+        let mut log_z = stream.alloc_zeros::<f32>(b).expect("an output");
+        let lengths = owned.lengths.clone();
+        let up = ones(b);
+        let (trv, durv): (ArrayViewD<'_, f64>, ArrayViewD<'_, f64>) = (tr.view(), dur.view());
+        let mut call = || {
+            let p = DevicePotentials::builder(DeviceArray::f32(&scores), (b, t, c), &lengths, k)
+                .transition(trv.clone())
+                .duration(durv.clone())
+                .build(&engine)
+                .expect("valid potentials");
+            let out = DeviceOutputs::new(DeviceArrayMut::f32(&mut grad))
+                .log_z(DeviceArrayMut::f32(&mut log_z));
+            engine.backward_into(&p, &up, out).expect("backward")
+        };
+        call();
+        let ms = median(&mut time_ms(repeats, &mut call));
+        println!("{id} ({b}, {t}, {k}, {c}) rust backward_into {ms:.3} ms");
+    }
+}

@@ -1,0 +1,571 @@
+//! A backward pass's results written into buffers the caller allocated on the device
+//! ([`DeviceOutputs`], [`crate::CudaEngine::backward_into`]): their checks, the order of the
+//! engine's work against the callers' streams, and the conversion of `f32` results.
+
+use std::marker::PhantomData;
+
+use cudarc::driver::sys::CUstream;
+use cudarc::driver::{CudaSlice, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg};
+use ndarray::{Array1, Array2, ArrayD};
+use semicrf_core::{Error, Result, Shape};
+
+use crate::call::{Buf, StreamCall, Targets};
+use crate::device::{Gpu, join, wait_for};
+use crate::kernel::{DevPtr, Kernel};
+use crate::resident::{DeviceArray, DevicePotentials, Dtype, check_address};
+use crate::streaming::BackwardResults;
+
+/// A writable array in device memory (a backward pass's output), row-major and contiguous,
+/// borrowed mutably for `'a`: the counterpart of [`DeviceArray`], from a cudarc buffer or
+/// from a raw device address with the stream whose work uses it (another framework's
+/// tensor).
+///
+/// A call writing it first makes the engine's stream wait for the work queued so far on
+/// that stream, and before it returns makes that stream wait (an event) for the writes, so
+/// work queued there afterwards sees the results.
+#[derive(Debug)]
+pub struct DeviceArrayMut<'a> {
+    ptr: u64,
+    len: usize,
+    dtype: Dtype,
+    /// The owner's stream (`CUstream` as an integer; 0 is the legacy default stream).
+    stream: usize,
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+impl<'a> DeviceArrayMut<'a> {
+    /// A cudarc buffer of `f32`.
+    pub fn f32(s: &'a mut CudaSlice<f32>) -> Self {
+        Self::of(s, Dtype::F32)
+    }
+
+    /// A cudarc buffer of `f64`.
+    pub fn f64(s: &'a mut CudaSlice<f64>) -> Self {
+        Self::of(s, Dtype::F64)
+    }
+
+    fn of<T: DeviceRepr>(s: &'a mut CudaSlice<T>, dtype: Dtype) -> Self {
+        let stream = s.stream().clone();
+        let len = s.len();
+        let ptr = s.device_ptr_mut(&stream).0;
+        DeviceArrayMut {
+            ptr,
+            len,
+            dtype,
+            stream: stream.cu_stream() as usize,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// `len` elements of `dtype` at device address `ptr`, allocated by or ordered after work
+    /// queued on `stream` (null for the legacy default stream): a PyTorch tensor's
+    /// `data_ptr()` with `torch.cuda.current_stream().cuda_stream`, for example. The
+    /// address must be in memory of the device the engine runs on, in its primary context;
+    /// a call checks that and that the allocation holds the `len` elements.
+    ///
+    /// # Safety
+    ///
+    /// The memory must stay allocated until the work queued on `stream` after the call
+    /// (which waits for the call's writes) is done, and must be neither read nor written by
+    /// other work while the call writes it; `stream` must be a live stream of that context.
+    pub unsafe fn from_raw(ptr: u64, len: usize, dtype: Dtype, stream: CUstream) -> Self {
+        DeviceArrayMut {
+            ptr,
+            len,
+            dtype,
+            stream: stream as usize,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    fn bytes(&self) -> u64 {
+        (self.len * self.dtype.bytes()) as u64
+    }
+}
+
+/// Where [`crate::CudaEngine::backward_into`] writes a backward pass's results on the
+/// device: the gradient of the scores `(B, T, C)` (weighted by the upstream gradient, as
+/// every gradient), the gradients of the begin and end boundaries `(B, T, C)` (given exactly
+/// when the problem has that boundary), and optionally the boundary marginals `(B, T)` (not
+/// weighted) and log Z `(B,)`. Every array has the potentials' element type.
+///
+/// The kernels compute in `f64`. For `f64` potentials they write straight into these
+/// buffers. For `f32` potentials the engine writes each result into an `f64` buffer of its
+/// own first (one `(B, T, C)` or `(B, T)` scratch per result, freed when the call
+/// returns) and a kernel rounds it into the `f32` buffer (`narrow_f32` in `kernels/io.cu`,
+/// round to nearest as `as f32`): the values are those of
+/// [`crate::CudaEngine::backward_on_device`] (rounded to `f32`), bit for bit.
+///
+/// ```no_run
+/// use cudarc::driver::CudaContext;
+/// use semicrf_core::Algorithm;
+/// use semicrf_cuda::{CudaEngine, DeviceArray, DeviceArrayMut, DeviceOutputs, DevicePotentials};
+///
+/// let (b, t, c, k) = (2, 100, 4, 8);
+/// let stream = CudaContext::new(0)?.default_stream();
+/// let scores = stream.clone_htod(&vec![0.1f32; b * t * c])?;
+/// let mut grad = stream.alloc_zeros::<f32>(b * t * c)?;
+/// let mut log_z = stream.alloc_zeros::<f32>(b)?;
+/// let lengths = [100, 60];
+/// let engine = CudaEngine::new(Algorithm::Streaming, 0);
+/// let p = DevicePotentials::builder(DeviceArray::f32(&scores), (b, t, c), &lengths, k)
+///     .build(&engine)?;
+/// let out = DeviceOutputs::new(DeviceArrayMut::f32(&mut grad))
+///     .log_z(DeviceArrayMut::f32(&mut log_z));
+/// let host = engine.backward_into(&p, &[1.0, 1.0], out)?;
+/// // grad and log_z: written on the device; host.log_z, host.transition, ...: on the host.
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct DeviceOutputs<'a> {
+    scores: DeviceArrayMut<'a>,
+    begin_boundary: Option<DeviceArrayMut<'a>>,
+    end_boundary: Option<DeviceArrayMut<'a>>,
+    boundary: Option<DeviceArrayMut<'a>>,
+    log_z: Option<DeviceArrayMut<'a>>,
+}
+
+impl<'a> DeviceOutputs<'a> {
+    /// Outputs with the scores' gradient `(B, T, C)` going to `scores`.
+    pub fn new(scores: DeviceArrayMut<'a>) -> Self {
+        DeviceOutputs {
+            scores,
+            begin_boundary: None,
+            end_boundary: None,
+            boundary: None,
+            log_z: None,
+        }
+    }
+
+    /// The begin boundary's gradient `(B, T, C)`: required when the problem has a begin
+    /// boundary, refused otherwise.
+    pub fn begin_boundary(mut self, a: DeviceArrayMut<'a>) -> Self {
+        self.begin_boundary = Some(a);
+        self
+    }
+
+    /// The end boundary's gradient `(B, T, C)`: required when the problem has an end
+    /// boundary, refused otherwise.
+    pub fn end_boundary(mut self, a: DeviceArrayMut<'a>) -> Self {
+        self.end_boundary = Some(a);
+        self
+    }
+
+    /// The boundary marginals `(B, T)`: the probability that a segment starts at each
+    /// position (not weighted by the upstream gradient).
+    pub fn boundary(mut self, a: DeviceArrayMut<'a>) -> Self {
+        self.boundary = Some(a);
+        self
+    }
+
+    /// log Z per sequence, `(B,)` (also returned on the host).
+    pub fn log_z(mut self, a: DeviceArrayMut<'a>) -> Self {
+        self.log_z = Some(a);
+        self
+    }
+
+    /// The arrays given, with their names in errors.
+    fn arrays(&self) -> impl Iterator<Item = (&'static str, &DeviceArrayMut<'a>)> {
+        [
+            ("scores output", Some(&self.scores)),
+            ("begin_boundary output", self.begin_boundary.as_ref()),
+            ("end_boundary output", self.end_boundary.as_ref()),
+            ("boundary output", self.boundary.as_ref()),
+            ("log_z output", self.log_z.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(n, a)| a.map(|a| (n, a)))
+    }
+
+    /// The checks that need no device: the outputs fit a problem of `shape` whose arrays
+    /// are of `dtype` and which has the boundaries of `has` (begin, end), and none overlaps
+    /// another or one of the problem's arrays (`inputs`: name, address, bytes).
+    pub(crate) fn check(
+        &self,
+        backend: &str,
+        shape: Shape,
+        dtype: Dtype,
+        has: [bool; 2],
+        inputs: &[(&'static str, u64, u64)],
+    ) -> Result<()> {
+        let refuse = |what: String| Error::Unsupported {
+            backend: backend.into(),
+            what,
+        };
+        let given = [self.begin_boundary.is_some(), self.end_boundary.is_some()];
+        for (i, side) in ["begin", "end"].into_iter().enumerate() {
+            match (has[i], given[i]) {
+                (true, false) => {
+                    return Err(refuse(format!(
+                        "a problem with a {side} boundary without an output for its gradient \
+                         (DeviceOutputs::{side}_boundary)"
+                    )));
+                }
+                (false, true) => {
+                    return Err(refuse(format!(
+                        "an output for the {side} boundary's gradient on a problem without \
+                         that boundary"
+                    )));
+                }
+                _ => {}
+            }
+        }
+        let (b, t, c) = (shape.batch, shape.len, shape.labels);
+        for (name, a) in self.arrays() {
+            let (n, expected) = match name {
+                "boundary output" => (b * t, format!("(B, T) = ({b}, {t}): {} elements", b * t)),
+                "log_z output" => (b, format!("(B,) = ({b},): {b} elements")),
+                _ => (
+                    b * t * c,
+                    format!("(B, T, C) = ({b}, {t}, {c}): {} elements", b * t * c),
+                ),
+            };
+            if a.len != n {
+                return Err(Error::Shape {
+                    tensor: name,
+                    expected,
+                    got: vec![a.len],
+                });
+            }
+            if a.dtype != dtype {
+                return Err(refuse(format!(
+                    "{name} of {:?} for potentials of {dtype:?} (give them one element type)",
+                    a.dtype
+                )));
+            }
+        }
+        let all: Vec<(&'static str, u64, u64)> = self
+            .arrays()
+            .map(|(n, a)| (n, a.ptr, a.bytes()))
+            .chain(inputs.iter().copied())
+            .collect();
+        for (i, &(n1, p1, b1)) in all.iter().enumerate() {
+            for &(n2, p2, b2) in &all[i + 1..] {
+                if p1 < p2.saturating_add(b2) && p2 < p1.saturating_add(b1) {
+                    return Err(refuse(format!("{n1} overlapping {n2} in device memory")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`DeviceOutputs::check`], then each address on the device: memory of device
+    /// `ordinal` whose allocation holds the array.
+    pub(crate) fn check_on(
+        &self,
+        gpu: &Gpu,
+        backend: &str,
+        p: &DevicePotentials<'_>,
+    ) -> Result<()> {
+        let has = [p.model.has_bb, p.model.has_eb];
+        let inputs: Vec<_> = p.extents().collect();
+        self.check(backend, p.shape(), p.dtype(), has, &inputs)?;
+        for (name, a) in self.arrays() {
+            let view = DeviceArray::at(a.ptr, a.len, a.dtype, a.stream);
+            check_address(gpu, backend, p.ordinal, name, view)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the engine's stream wait for the work queued so far on the streams of `p`'s
+    /// arrays and of the outputs, once each.
+    pub(crate) fn wait_for_owners(
+        &self,
+        gpu: &Gpu,
+        backend: &str,
+        p: &DevicePotentials<'_>,
+    ) -> Result<()> {
+        let outputs = self.arrays().map(|(_, a)| a.stream);
+        wait_for(gpu, backend, p.streams().chain(outputs))
+    }
+
+    /// Where the kernels write the large results themselves: the `f64` outputs (none for
+    /// `f32`, whose results the engine narrows).
+    pub(crate) fn targets(&self) -> Targets {
+        if self.scores.dtype != Dtype::F64 {
+            return Targets::default();
+        }
+        let at = |a: &Option<DeviceArrayMut<'_>>| a.as_ref().map(|a| DevPtr::at(a.ptr));
+        Targets {
+            sc: Some(DevPtr::at(self.scores.ptr)),
+            bb: at(&self.begin_boundary),
+            eb: at(&self.end_boundary),
+            bm: at(&self.boundary),
+        }
+    }
+
+    /// After the kernels: the `f32` outputs from the engine's buffers, log Z, then every
+    /// output's stream made to wait for the writes, and the host's part of the results.
+    pub(crate) fn finish(
+        &self,
+        call: &StreamCall<'_>,
+        out: BackwardResults<'_>,
+    ) -> Result<HostBackward> {
+        let gpu = call.gpu;
+        let err = |e| call.err(e);
+        if self.scores.dtype == Dtype::F32 {
+            let pairs = [
+                (Some(&out.gsc), Some(&self.scores)),
+                (out.gbb.as_ref(), self.begin_boundary.as_ref()),
+                (out.geb.as_ref(), self.end_boundary.as_ref()),
+                (Some(&out.bmarg), self.boundary.as_ref()),
+            ];
+            for (src, dst) in pairs {
+                if let (Some(src), Some(dst)) = (src, dst) {
+                    narrow(call, src, dst)?;
+                }
+            }
+        }
+        if let Some(dst) = &self.log_z {
+            let cu = gpu.stream.cu_stream();
+            // SAFETY: `dst` holds B elements of its type (checked); from pageable host
+            // memory the copy returns once the values are staged.
+            unsafe {
+                match dst.dtype {
+                    Dtype::F64 => {
+                        cudarc::driver::result::memcpy_htod_async(dst.ptr, &out.log_z, cu)
+                    }
+                    Dtype::F32 => {
+                        let v: Vec<f32> = out.log_z.iter().map(|&x| x as f32).collect();
+                        cudarc::driver::result::memcpy_htod_async(dst.ptr, &v, cu)
+                    }
+                }
+            }
+            .map_err(err)?;
+        }
+        let mut seen = Vec::new();
+        for (_, a) in self.arrays() {
+            if !seen.contains(&a.stream) {
+                seen.push(a.stream);
+                join(gpu.stream.cu_stream() as usize, a.stream).map_err(err)?;
+            }
+        }
+        // The inputs may be written again once the call returns.
+        gpu.stream.synchronize().map_err(err)?;
+        Ok(HostBackward {
+            log_z: out.log_z,
+            transition: out.transition,
+            duration: out.duration,
+            start: out.start,
+            end: out.end,
+        })
+    }
+}
+
+/// `narrow_f32` of the engine's result `src` into the caller's `f32` array `dst`.
+fn narrow(call: &StreamCall<'_>, src: &Buf, dst: &DeviceArrayMut<'_>) -> Result<()> {
+    let (from, n) = (src.ptr(call), dst.len as i64);
+    let to = DevPtr::at(dst.ptr);
+    let cfg = LaunchConfig {
+        grid_dim: (dst.len.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut l = call
+        .gpu
+        .stream
+        .launch_builder(call.gpu.function(Kernel::NarrowF32));
+    l.arg(&from).arg(&to).arg(&n);
+    // SAFETY: `src` holds at least `n` f64 (the engine's result of the same shape), `dst`
+    // `n` f32 of this device (checked); a grid-stride loop over `n`.
+    unsafe { l.launch(cfg) }.map_err(|e| call.err(e))?;
+    Ok(())
+}
+
+/// What [`crate::CudaEngine::backward_into`] returns on the host: log Z and the shared
+/// parameters' gradients (summed over the batch, weighted by the upstream gradient), as in
+/// [`crate::DeviceBackward`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostBackward {
+    /// log Z per sequence.
+    pub log_z: Vec<f64>,
+    /// Gradient of the transition, `(C, C)` or `(K, C, C)`.
+    pub transition: ArrayD<f64>,
+    /// Gradient of the duration scores, `(K, C)`.
+    pub duration: Array2<f64>,
+    /// Gradient of the start scores, `(C)`.
+    pub start: Array1<f64>,
+    /// Gradient of the end scores, `(C)`.
+    pub end: Array1<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    /// Outputs at made-up addresses, never touched (the checks read no memory).
+    fn raw(at: u64, len: usize, dtype: Dtype) -> DeviceArrayMut<'static> {
+        // SAFETY: only checked, never used.
+        unsafe { DeviceArrayMut::from_raw(at, len, dtype, std::ptr::null_mut()) }
+    }
+
+    fn check(out: &DeviceOutputs<'_>, has: [bool; 2]) -> Result<()> {
+        let inputs = [("scores", 100 * MIB, 2 * 5 * 3 * 8)];
+        out.check(
+            "cuda/streaming",
+            Shape::new(2, 5, 4, 3),
+            Dtype::F64,
+            has,
+            &inputs,
+        )
+    }
+
+    /// Outputs of the right lengths, element type and boundaries pass; a wrong length, a
+    /// wrong element type, a missing or extra boundary output and overlapping arrays are
+    /// refused with errors that name them.
+    #[test]
+    fn outputs_are_checked_against_the_problem() {
+        let (btc, bt, b) = (30, 10, 2);
+        let full = || {
+            DeviceOutputs::new(raw(MIB, btc, Dtype::F64))
+                .begin_boundary(raw(2 * MIB, btc, Dtype::F64))
+                .end_boundary(raw(3 * MIB, btc, Dtype::F64))
+                .boundary(raw(4 * MIB, bt, Dtype::F64))
+                .log_z(raw(5 * MIB, b, Dtype::F64))
+        };
+        check(&full(), [true, true]).unwrap();
+        check(
+            &DeviceOutputs::new(raw(MIB, btc, Dtype::F64)),
+            [false, false],
+        )
+        .unwrap();
+
+        let shape_of = |r: Result<()>| match r {
+            Err(Error::Shape { tensor, got, .. }) => (tensor, got),
+            other => panic!("{other:?}"),
+        };
+        let short = DeviceOutputs::new(raw(MIB, btc - 1, Dtype::F64));
+        assert_eq!(
+            shape_of(check(&short, [false; 2])),
+            ("scores output", vec![29])
+        );
+        let bm =
+            DeviceOutputs::new(raw(MIB, btc, Dtype::F64)).boundary(raw(4 * MIB, btc, Dtype::F64));
+        assert_eq!(
+            shape_of(check(&bm, [false; 2])),
+            ("boundary output", vec![30])
+        );
+        let lz = DeviceOutputs::new(raw(MIB, btc, Dtype::F64)).log_z(raw(4 * MIB, bt, Dtype::F64));
+        assert_eq!(shape_of(check(&lz, [false; 2])), ("log_z output", vec![10]));
+
+        let what = |r: Result<()>| match r {
+            Err(Error::Unsupported { what, .. }) => what,
+            other => panic!("{other:?}"),
+        };
+        let f32 = DeviceOutputs::new(raw(MIB, btc, Dtype::F32));
+        assert!(what(check(&f32, [false; 2])).contains("F32 for potentials of F64"));
+        let mixed = full().log_z(raw(5 * MIB, b, Dtype::F32));
+        assert!(what(check(&mixed, [true; 2])).starts_with("log_z output of F32"));
+        let w = what(check(&full(), [true, false]));
+        assert!(
+            w.contains("end boundary's gradient on a problem without"),
+            "{w}"
+        );
+        let no_bb = DeviceOutputs::new(raw(MIB, btc, Dtype::F64)).end_boundary(raw(
+            3 * MIB,
+            btc,
+            Dtype::F64,
+        ));
+        let w = what(check(&no_bb, [true, true]));
+        assert!(w.contains("begin boundary without an output"), "{w}");
+        // One byte of overlap, between two outputs and with an input.
+        let o = DeviceOutputs::new(raw(MIB, btc, Dtype::F64)).boundary(raw(
+            MIB + 8 * 30 - 1,
+            bt,
+            Dtype::F64,
+        ));
+        assert_eq!(
+            what(check(&o, [false; 2])),
+            "scores output overlapping boundary output in device memory"
+        );
+        let o = DeviceOutputs::new(raw(100 * MIB + 8 * 29, btc, Dtype::F64));
+        assert_eq!(
+            what(check(&o, [false; 2])),
+            "scores output overlapping scores in device memory"
+        );
+        let o = DeviceOutputs::new(raw(MIB + 8 * 30, btc, Dtype::F64)).boundary(raw(
+            MIB,
+            bt,
+            Dtype::F64,
+        ));
+        check(&o, [false; 2]).unwrap();
+    }
+
+    /// `f64` outputs are the kernels' targets; `f32` ones are not (the engine narrows).
+    #[test]
+    fn only_f64_outputs_are_written_by_the_kernels() {
+        let t = DeviceOutputs::new(raw(MIB, 30, Dtype::F64))
+            .boundary(raw(4 * MIB, 10, Dtype::F64))
+            .targets();
+        assert_eq!(t.sc, Some(DevPtr::at(MIB)));
+        assert_eq!((t.bb, t.eb, t.bm), (None, None, Some(DevPtr::at(4 * MIB))));
+        let t = DeviceOutputs::new(raw(MIB, 30, Dtype::F32))
+            .boundary(raw(4 * MIB, 10, Dtype::F32))
+            .targets();
+        assert_eq!((t.sc, t.bm), (None, None));
+    }
+
+    /// `narrow_f32` (`kernels/io.cu`), run on the CPU, rounds every value as the host's
+    /// `as f32` does, bit for bit: values that round up, down and to even, beyond `f32`'s
+    /// range, subnormal and infinite, over a grid-stride loop of several rounds.
+    #[test]
+    fn narrow_f32_rounds_as_the_host_does() {
+        let exe = crate::emu::build_emulator("semicrf-narrow-emu", "narrow_main.cpp", &[]);
+        let Some(exe) = exe else { return };
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut v: Vec<f64> = (0..300)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                f64::from_bits(x) % 1e6
+            })
+            .filter(|y| y.is_finite())
+            .collect();
+        let half = f64::from(f32::EPSILON) / 2.0;
+        v.extend([
+            1.0 + half,
+            1.0 + 3.0 * half,
+            -(1.0 + half),
+            1e39,
+            -1e39,
+            1e-40,
+            -1e-45,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            0.0,
+            -0.0,
+            f64::from(f32::MAX) * (1.0 + half / 2.0),
+        ]);
+        let mut buf = (v.len() as i64).to_le_bytes().to_vec();
+        for y in &v {
+            buf.extend_from_slice(&y.to_le_bytes());
+        }
+        let got = crate::emu::run_emulated(&exe, &buf);
+        let want: Vec<u64> = v.iter().map(|&y| f64::from(y as f32).to_bits()).collect();
+        let got: Vec<u64> = got.iter().map(|y| y.to_bits()).collect();
+        assert_eq!(got, want);
+    }
+}
