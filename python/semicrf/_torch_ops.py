@@ -37,11 +37,17 @@ def _inputs(args) -> dict:
 
 
 def _grad_dtype(name: str, device: torch.device, compute: torch.dtype) -> torch.dtype:
-    # The CPU engines return float64 arrays; the CUDA entry writes the (B, T, C) gradients
-    # in the problem's dtype and returns the shared ones as float64.
-    if device.type == "cuda" and name in PER_POSITION:
+    # The CPU engines return float64 arrays; on CUDA every gradient is in the problem's
+    # dtype (the (B, T, C) ones written so by the engine, the shared ones rounded once on
+    # the host from the engine's float64 sums before their copy to the device).
+    if device.type == "cuda":
         return compute
     return torch.float64
+
+
+def _as(t: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """`t` on `device` in `dtype` (itself when it already is: `.to` costs a dispatch)."""
+    return t if t.device == device and t.dtype == dtype else t.to(device, dtype)
 
 
 def _empty(device) -> Tensor:
@@ -75,8 +81,8 @@ def _run(
         if inputs.get(name) is None or g is None:
             grads.append(missing())
         else:
-            grads.append(g.to(call.device, _grad_dtype(name, call.device, call.dtype)))
-    return [out["log_z"].to(call.device, call.dtype)] + grads
+            grads.append(_as(g, call.device, _grad_dtype(name, call.device, call.dtype)))
+    return [_as(out["log_z"], call.device, call.dtype)] + grads
 
 
 def _fake(inputs: dict, lengths: Tensor, with_grad: bool) -> List[Tensor]:
@@ -189,7 +195,7 @@ def _weigh(inputs: dict, counts, upstream: Tensor, rerun) -> List[Optional[Tenso
         if c is None or c.numel() == 0 or inputs.get(name) is None:
             grads.append(None)
         elif one is not None:
-            grads.append(c * one.to(c.dtype))
+            grads.append(c * one)  # a 0-d tensor: the product keeps c's dtype
         elif name in SHARED:
             grads.append(c * host[0].item())
         else:
@@ -275,7 +281,7 @@ class _Eager(torch.autograd.Function):
 
         grads = _weigh(inputs, ctx.counts, g, rerun)
         result = [
-            grad.to(t.dtype) if need and t is not None and grad is not None else None
+            None if not need or t is None or grad is None else _as(grad, grad.device, t.dtype)
             for need, t, grad in zip(needs, floats, grads)
         ]
         return (None, None, None, None, *result)

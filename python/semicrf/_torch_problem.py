@@ -193,7 +193,10 @@ class Call:
             t = self.inputs.get(name)
             if t is None:
                 return None
-            t = t.detach().to(self.dtype).contiguous()
+            t = t.detach()
+            if t.dtype != self.dtype:
+                t = t.to(self.dtype)
+            t = t.contiguous()
             keep.append(t)
             return t.data_ptr()
 
@@ -314,7 +317,10 @@ class Call:
         names = [n for n in SHARED if out.get(n) is not None]
         if names:
             host = [np.asarray(out[n]) for n in names]
-            flat = torch.from_numpy(np.concatenate([h.reshape(-1) for h in host]))
+            flat = np.concatenate([h.reshape(-1) for h in host])
+            if self.dtype == torch.float32:
+                flat = flat.astype(np.float32)
+            flat = torch.from_numpy(flat)
             flat, at = flat.to(self.device), 0
             for name, h in zip(names, host):
                 res[name] = flat[at : at + h.size].view(h.shape)
