@@ -8,9 +8,9 @@ import torch
 from torch import Tensor
 
 from . import _torch_gold as gold_mod
-from ._torch_gold_score import gold_score as _gold_score
 from . import _torch_ops
 from ._numpy import Selection
+from ._torch_gold_score import gold_score as _gold_score
 from ._torch_problem import Call, check
 
 __all__ = [

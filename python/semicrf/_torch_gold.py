@@ -176,7 +176,7 @@ def _upload(tensors, device) -> List[Tensor]:
 def _from_labels(gold: Tensor, lengths: Tensor, k: int, c: int, t_max: int) -> Gold:
     """Labels per position, checked (one read of the device), and their segments: runs of
     one label cut every `k` positions."""
-    b, t = gold.shape
+    t = gold.shape[1]
     pos = torch.arange(t, device=gold.device)
     valid = pos < lengths.unsqueeze(1)
     labels = torch.where(valid, gold, 0)

@@ -232,9 +232,16 @@ def test_gradients_match_the_autograd_reference_for_every_gold_form(device, case
             )
 
 
-def test_float32_inputs_get_float32_gradients_of_the_reference(device):
+DTYPES = {
+    "float32": {},
+    "mixed": {"transition": torch.float64, "duration": torch.float16, "end": torch.bfloat16},
+}
+
+
+@pytest.mark.parametrize("mix", list(DTYPES))
+def test_narrow_inputs_get_the_references_gradients_in_their_own_dtype(device, mix):
     p, lengths = random_problem(torch, 4, 10, 3, 3, seed=5)
-    x = {name: v.float().to(device) for name, v in p.items()}
+    x = {name: v.to(device, DTYPES[mix].get(name, torch.float32)) for name, v in p.items()}
     g = torch.Generator().manual_seed(5)
     labels = random_labels(g, 4, 10, 3, 3)
     segmentations = runs_cut_at_k(labels, lengths, 3)
@@ -251,10 +258,11 @@ def test_float32_inputs_get_float32_gradients_of_the_reference(device):
         w,
     )
     torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
-    for name in x:
-        assert got_grad[name].dtype == torch.float32
-        # float64 sums rounded once to float32 in both: equal up to that rounding.
-        torch.testing.assert_close(got_grad[name], want_grad[name], atol=0, rtol=2**-23)
+    for name, v in x.items():
+        assert got_grad[name].dtype == v.dtype
+        # float64 sums rounded once to the input's dtype in both: equal up to that rounding.
+        eps = torch.finfo(v.dtype).eps
+        torch.testing.assert_close(got_grad[name], want_grad[name], atol=0, rtol=eps)
 
 
 def test_edge_gradients_match_the_autograd_reference():
@@ -267,7 +275,9 @@ def test_edge_gradients_match_the_autograd_reference():
     ref_labels, ref_starts = per_position(tilings, t)
     w = torch.randn(b, generator=g, dtype=torch.float64)
     x = {"edges": edges}
-    want, want_grad = _grads(lambda y: reference_gold_score(y, ref_labels, ref_starts, lengths), x, w)
+    want, want_grad = _grads(
+        lambda y: reference_gold_score(y, ref_labels, ref_starts, lengths), x, w
+    )
     got, got_grad = _grads(lambda y: st.gold_score(**y, lengths=lengths, gold=tilings), x, w)
     torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
     torch.testing.assert_close(got_grad["edges"], want_grad["edges"], atol=1e-12, rtol=0)
@@ -322,3 +332,34 @@ def test_the_gold_score_is_one_autograd_node_and_reads_the_host_value_once(form)
     assert sum(names.count(n) for n in _READS) == 1
     nodes = {n.split(": ")[-1] for n in names if n.startswith("autograd::engine::evaluate")}
     assert nodes == {"SumBackward0", "GoldScoreBackward", "torch::autograd::AccumulateGrad"}
+
+
+@pytest.mark.parametrize("form", ["labels", "segments", "list"])
+def test_on_cuda_a_gold_score_step_waits_for_the_device_once(form):
+    import warnings
+
+    dev = device_or_skip(pytest, torch, "cuda")
+    p, lengths = random_problem(torch, 8, 20, 4, 5, seed=43)
+    x = {name: v.to(dev).requires_grad_(True) for name, v in p.items()}
+    labels = random_labels(torch.Generator().manual_seed(43), 8, 20, 4, 5)
+    gold = {
+        "labels": labels.to(dev),
+        "segments": padded(runs_cut_at_k(labels, lengths, 5)).to(dev),
+        "list": runs_cut_at_k(labels, lengths, 5),
+    }[form]
+
+    def step():
+        st.gold_score(**x, lengths=lengths, max_duration=5, gold=gold).sum().backward()
+
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    waits = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    # The checks' one flag; a list is checked on the host and travels without a wait.
+    assert len(waits) == (0 if form == "list" else 1), waits
