@@ -155,13 +155,11 @@ def normalize(
 
 def _upload(tensors, device) -> List[Tensor]:
     """Integer tensors → int64 on `device`; those on the host travel in one copy."""
-    tensors = [t.to(torch.int64) for t in tensors]
+    tensors = [t if t.dtype == torch.int64 else t.to(torch.int64) for t in tensors]
     away = [i for i, t in enumerate(tensors) if t.device != torch.device(device)]
     if not away:
         return tensors
-    flat = torch.cat([tensors[i].reshape(-1) for i in away]) if len(away) > 1 else None
-    if flat is None:
-        flat = tensors[away[0]].reshape(-1)
+    flat = torch.cat([tensors[i].reshape(-1) for i in away])
     # From pageable host memory to the device: the copy is staged at once and does not
     # wait for the device's stream.
     flat = flat.to(device, non_blocking=True)
@@ -184,9 +182,9 @@ def _from_labels(gold: Tensor, lengths: Tensor, k: int, c: int, t_max: int) -> G
     if bool(bad.any()):
         i, j = (int(v) for v in bad.nonzero()[0])
         raise ValueError(f"gold[{i}, {j}] = {int(gold[i, j])} is not a label in 0..{c}")
-    change = torch.ones_like(valid)
-    torch.ne(labels[:, 1:], labels[:, :-1], out=change[:, 1:])
-    run_start = torch.cummax(pos * change, dim=1).values
+    # A run starts where the label changes (at position 0 the comparison, with the last
+    # label, does not matter: the start is 0 either way).
+    run_start = torch.cummax(torch.where(labels != labels.roll(1, 1), pos, 0), dim=1).values
     offset = torch.where(valid, (pos - run_start) % k, 0)
     if t < t_max:
         pad = torch.nn.functional.pad

@@ -20,8 +20,6 @@ engines only).
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
-
 import torch
 from torch import Tensor
 
@@ -39,64 +37,65 @@ def gold_score(inputs: dict, gold: Gold) -> Tensor:
         return _edge_score(inputs["edges"], gold)
     per_position = [inputs.get(n) for n in PER_POSITION]
     shared = [inputs.get(n) for n in SHARED]
-    masks, index = _plan(gold, per_position, shared)
-    return GoldScore.apply(gold.labels, index, *masks, *per_position, *shared)
+    at, masks, index = _plan(gold, per_position, shared)
+    return GoldScore.apply(at, index, *masks, *per_position, *shared)
 
 
-def _plan(
-    gold: Gold, per_position: List[Optional[Tensor]], shared: List[Optional[Tensor]]
-) -> Tuple[List[Optional[Tensor]], Optional[Tensor]]:
-    """Where the gold's terms are: the mask of the positions each per-position input is
-    read at (at the position's label), and for the shared inputs `index (B, M)` into their
-    concatenation (`SHARED` order, each flattened) followed by one zero, at which every
-    unused slot points."""
+def _plan(gold: Gold, per_position: list, shared: list) -> tuple:
+    """Where the gold's terms are: `at (B, T, 1)` the label of every position, the mask
+    `(B, T, 1)` of the positions each per-position input is read at (None for an absent
+    input), and for the shared inputs `index (B, M, 1)` into their concatenation
+    (`SHARED` order, each flattened) followed by one zero, at which every unused slot
+    points (None without shared inputs)."""
     labels, valid, offset, lengths = gold
-    duration, transition, start, end = shared
     ends = None
-    if per_position[2] is not None or duration is not None or transition is not None:
-        ends = _ends(valid, offset)
+    if per_position[2] is not None or shared[0] is not None or shared[1] is not None:
+        # The last position of a segment: the next one starts a segment or is past the
+        # length, where the offset is 0 (as at position 0, which the roll brings last).
+        ends = valid & (offset.roll(-1, 1) == 0)
     starts = valid & (offset == 0) if per_position[1] is not None else None
-    masks = [valid if per_position[0] is not None else None, starts, ends]
-    if all(t is None for t in shared):
-        return masks, None
+    masks = [
+        None if x is None else m.unsqueeze(-1) for x, m in zip(per_position, (valid, starts, ends))
+    ]
+    index = None
+    if any(t is not None for t in shared):
+        index = _shared_index(labels, offset, lengths, ends, shared).unsqueeze(-1)
+    return labels.unsqueeze(-1), masks, index
+
+
+def _shared_index(labels, offset, lengths, ends, shared) -> Tensor:
+    """`(B, M)` slots of the shared inputs' concatenation: the duration and transition of
+    each segment at its last position, `start` and `end` once per sequence."""
+    duration, transition, start, end = shared
     c = _first(shared).shape[-1]  # every shared input ends with the labels' axis
     size = sum(t.numel() for t in shared if t is not None)
-    at_ends, at = [], 0
+    cells, at = [], 0
     if duration is not None:
-        at_ends.append((labels + at).add_(offset, alpha=c))
+        cells.append(torch.add(labels, offset, alpha=c))  # duration comes first: at 0
         at += duration.numel()
     # `start` right after a (C, C) `transition` is its row C: the first segment's.
     fold_start = transition is not None and transition.dim() == 2 and start is not None
     if transition is not None:
         first = torch.arange(labels.shape[1], device=labels.device) - offset
-        before = torch.full_like(labels, c)  # the label before each position; C before 0
-        before[:, 1:] = labels[:, :-1]
+        before = torch.nn.functional.pad(labels[:, :-1], (1, 0), value=c)  # C before 0
         cell = (labels + at).add_(before.gather(1, first), alpha=c)
         if transition.dim() == 3:
             cell.add_(offset, alpha=c * c)
         if not fold_start:
             cell = torch.where(first > 0, cell, size)
-        at_ends.append(cell)
+        cells.append(cell)
         at += transition.numel()
     columns = []
-    if at_ends:
-        cells = torch.stack(at_ends, dim=2)
-        columns.append(torch.where(ends.unsqueeze(2), cells, size).reshape(labels.shape[0], -1))
+    if cells:
+        cells = torch.stack(cells, dim=2) if len(cells) > 1 else cells[0].unsqueeze(2)
+        columns.append(torch.where(ends.unsqueeze(2), cells, size).flatten(1))
     if start is not None:
         if not fold_start:
             columns.append(labels[:, :1] + at)
         at += start.numel()
     if end is not None:
-        columns.append(labels.gather(1, (lengths - 1).unsqueeze(1)) + at)
-    return masks, torch.cat(columns, dim=1) if len(columns) > 1 else columns[0]
-
-
-def _ends(valid: Tensor, offset: Tensor) -> Tensor:
-    """The last position of each segment: the next one starts a segment or is past the
-    length (where the offset is 0 too)."""
-    next_starts = torch.ones_like(valid)
-    torch.eq(offset[:, 1:], 0, out=next_starts[:, :-1])
-    return valid & next_starts
+        columns.append(labels.gather(1, lengths.unsqueeze(1) - 1) + at)
+    return torch.cat(columns, dim=1) if len(columns) > 1 else columns[0]
 
 
 def _first(tensors):
@@ -104,61 +103,53 @@ def _first(tensors):
 
 
 class GoldScore(torch.autograd.Function):
-    """`(labels, index, masks..., scores, begin_boundary, end_boundary, duration,
-    transition, start, end) → (B,)` float64: the sum of every term a gold segmentation
-    uses (`_plan`); absent inputs are None."""
+    """`(at, index, masks..., scores, begin_boundary, end_boundary, duration, transition,
+    start, end) → (B,)` float64: the sum of every term a gold segmentation uses (`_plan`);
+    absent inputs are None."""
 
     @staticmethod
-    def forward(ctx, labels, index, valid, starts, ends, *inputs):
+    def forward(ctx, at, index, valid, starts, ends, *inputs):
         per_position, shared = inputs[:3], inputs[3:]
         terms = []
         present = [t for t in shared if t is not None]
         if present:
             flat = torch.cat([t.reshape(-1) for t in present] + [present[0].new_zeros(1)])
             terms.append(flat.take(index))
-        at = labels.unsqueeze(-1)
         for x, mask in zip(per_position, (valid, starts, ends)):
             if x is not None:
-                terms.append(torch.where(mask, x.gather(2, at).squeeze(-1), 0))
+                terms.append(torch.where(mask, x.gather(2, at), 0))
         total = torch.cat(terms, dim=1) if len(terms) > 1 else terms[0]
-        ctx.save_for_backward(labels, index, valid, starts, ends)
+        ctx.save_for_backward(at, index, valid, starts, ends)
         ctx.meta = [None if t is None else (t.shape, t.dtype) for t in inputs]
-        return total.sum(dim=1, dtype=torch.float64)
+        return total.sum(dim=(1, 2), dtype=torch.float64)
 
     @staticmethod
     def backward(ctx, grad):
-        labels, index, valid, starts, ends = ctx.saved_tensors
+        at, index, valid, starts, ends = ctx.saved_tensors
         meta = ctx.meta
         needs = ctx.needs_input_grad[5:]
-        out: List[Optional[Tensor]] = [None] * len(meta)
-        b = labels.shape[0]
-        g = grad.reshape(b)
-        if any(needs[:3]):
-            c = _first(meta[:3])[0][-1]
-            hit = labels.unsqueeze(-1) == torch.arange(c, device=labels.device)
-            for i, mask in enumerate((valid, starts, ends)):
-                if needs[i]:
-                    gi = g.to(meta[i][1]).view(b, 1, 1)
-                    out[i] = torch.where(hit & mask.unsqueeze(-1), gi, 0)
+        out: list = [None] * len(meta)
+        g = grad.reshape(-1, 1, 1)
+        for i, mask in enumerate((valid, starts, ends)):
+            if needs[i]:
+                # g_b at each read position's label (one per position: no two writes meet).
+                shape, dtype = meta[i]
+                used = torch.where(mask, g.to(dtype), 0)
+                out[i] = torch.zeros(shape, dtype=dtype, device=g.device).scatter_(2, at, used)
         if any(needs[3:]):
             # Integer counts per sequence (exact in any order of addition), then one
             # float64 sum over the batch: Σ_b g_b count_b, only where count_b > 0.
-            shared = [(i, m) for i, m in enumerate(meta) if i >= 3 and m is not None]
-            size = sum(m[0].numel() for _, m in shared)
-            counts = torch.zeros((b, size + 1), dtype=torch.int32, device=labels.device)
-            ones = torch.ones((), dtype=torch.int32, device=labels.device).expand_as(index)
-            counts.scatter_add_(1, index, ones)
-            counts = counts[:, :size]
-            weighted = torch.where(counts > 0, counts * g.unsqueeze(1), 0).sum(dim=0)
+            shared = [(i, m) for i, m in enumerate(meta[3:], 3) if m is not None]
+            sizes = [m[0].numel() for _, m in shared]
+            counts = index.new_zeros((g.shape[0], sum(sizes) + 1, 1), dtype=torch.int32)
+            counts.scatter_add_(1, index, torch.ones_like(index, dtype=torch.int32))
+            weighted = torch.where(counts > 0, counts * g, 0).sum(dim=0)
             dtypes = {m[1] for _, m in shared}
             if len(dtypes) == 1:
                 weighted = weighted.to(dtypes.pop())
-            at = 0
-            for i, (shape, dtype) in shared:
-                n = shape.numel()
+            for (i, (shape, dtype)), part in zip(shared, weighted.split(sizes + [1])):
                 if needs[i]:
-                    out[i] = weighted[at : at + n].view(shape).to(dtype)
-                at += n
+                    out[i] = part.view(shape).to(dtype)
         return (None, None, None, None, None, *out)
 
 
@@ -169,7 +160,7 @@ def _edge_score(edges: Tensor, gold: Gold) -> Tensor:
     labels, valid, offset, _ = gold
     e = edges.double()
     b, t_max, k = e.shape[:3]
-    ends = _ends(valid, offset)
+    ends = valid & (offset.roll(-1, 1) == 0)
     first = torch.arange(t_max, device=labels.device) - offset
     previous = labels.gather(1, (first - 1).clamp(min=0))
     rows = torch.arange(b, device=labels.device)
