@@ -149,7 +149,8 @@ class GoldScore(torch.autograd.Function):
                 weighted = weighted.to(dtypes.pop())
             for (i, (shape, dtype)), part in zip(shared, weighted.split(sizes + [1])):
                 if needs[i]:
-                    out[i] = part.view(shape).to(dtype)
+                    part = part.view(shape)
+                    out[i] = part if part.dtype == dtype else part.to(dtype)
         return (None, None, None, None, None, *out)
 
 

@@ -312,7 +312,7 @@ def _profile(fn):
 
 
 @pytest.mark.parametrize("form", ["labels", "segments", "list"])
-def test_the_gold_score_is_one_autograd_node_and_reads_the_host_value_once(form):
+def test_the_gold_score_is_one_autograd_node_and_reads_its_checks_once(form):
     p, lengths = random_problem(torch, 8, 20, 4, 5, seed=41)
     x = {name: v.requires_grad_(True) for name, v in p.items()}
     g = torch.Generator().manual_seed(41)
