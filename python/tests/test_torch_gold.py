@@ -1,7 +1,8 @@
 """The gold score's one autograd node against a straightforward autograd reference (torch
 differentiating gathers of every term), on random problems with every optional input, both
 transition shapes, -inf potentials, runs longer than K and every form of gold; and its
-host reads, op counts and determinism.
+cost (one autograd node, one read of the checks, on CUDA one wait for the device) and
+determinism.
 
 The reference's own formula is checked against the f64 oracle here too, so that agreeing
 with it means agreeing with the model."""
