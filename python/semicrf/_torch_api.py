@@ -10,6 +10,7 @@ from torch import Tensor
 from . import _torch_gold as gold_mod
 from . import _torch_ops
 from ._numpy import Selection
+from ._torch_gold_score import gold_score as _gold_score
 from ._torch_problem import Call, check
 
 __all__ = [
@@ -135,14 +136,11 @@ def nll(
     )
     main = scores if scores is not None else edges
     c = main.shape[-1]
-    labels, starts = gold_mod.normalize(
-        gold, lengths, k, c, main.shape[0], main.shape[1], main.device
-    )
+    checked = gold_mod.normalize(gold, lengths, k, c, main.shape[0], main.shape[1], main.device)
     log_z = _torch_ops.log_partition(inputs, lengths, k, backend, memory_budget)
-    g = gold_mod.gold_score(inputs, labels, starts, lengths)
-    forbidden = torch.isneginf(g)
-    diff = log_z.double() - torch.where(forbidden, torch.zeros_like(g), g)
-    out = torch.where(forbidden, torch.full_like(diff, float("inf")), diff)
+    g = _gold_score(inputs, checked)
+    # A forbidden gold (score -inf) gives +inf, and no gradient through either side.
+    out = torch.where(torch.isneginf(g), float("inf"), log_z.double() - g)
     return out.to(log_z.dtype)
 
 
@@ -175,10 +173,10 @@ def gold_score(
         end_boundary=end_boundary,
     )
     main = scores if scores is not None else edges
-    labels, starts = gold_mod.normalize(
+    checked = gold_mod.normalize(
         gold, lengths, k, main.shape[-1], main.shape[0], main.shape[1], main.device
     )
-    return gold_mod.gold_score(inputs, labels, starts, lengths)
+    return _gold_score(inputs, checked)
 
 
 @torch.no_grad()

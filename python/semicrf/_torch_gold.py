@@ -1,19 +1,19 @@
-"""Gold segmentations as padded tensors, and their scores computed with torch operations.
+"""Gold segmentations: their forms as padded tensors, and their checks.
 
 A segmentation batch is `segments (B, S, 3)` of `(start, duration, label)` rows, in order,
 padded with rows of -1 after `counts[b]` segments, plus `counts (B,)`. Labels per position
 `(B, T)` convert to it (a run of one label longer than `K` becomes segments of at most `K`
 positions, the last one shorter) and back (-1 past each length).
 
-The gold score follows the model's formula (crates/semicrf-core/src/model.md §2, and §3 for
-edges) with gathers in float64, so torch differentiates it: the gradient of an NLL is the
-engine's expected counts minus the gold's counts.
+`normalize` turns any accepted form into a checked `Gold` per position (label and offset
+within the segment), which `_torch_gold_score` scores.
 """
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import List, NamedTuple, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -83,90 +83,155 @@ def _padded(gold, device) -> Tuple[Tensor, Tensor]:
                     raise ValueError(
                         f"gold[{b}][{i}]: expected (start, duration, label), got {triple}"
                     )
-    seg = torch.full((len(gold), s_max, 3), -1, dtype=torch.int64)
-    counts_t = torch.tensor(counts, dtype=torch.int64)
-    mask = torch.arange(s_max).unsqueeze(0) < counts_t.unsqueeze(1)
-    seg[mask] = torch.tensor(flat, dtype=torch.int64).reshape(-1, 3)
-    return seg.to(device), counts_t.to(device)
+    seg = np.full((len(gold), s_max, 3), -1, dtype=np.int64)
+    counts_a = np.asarray(counts, dtype=np.int64)
+    seg[np.arange(s_max)[None, :] < counts_a[:, None]] = np.asarray(flat, np.int64).reshape(-1, 3)
+    return torch.from_numpy(seg).to(device), torch.from_numpy(counts_a).to(device)
+
+
+class Gold(NamedTuple):
+    """A checked gold segmentation per position, on the potentials' device."""
+
+    #: `(B, T)` int64, the label of every position (in `0..C` past each length too).
+    labels: Tensor
+    #: `(B, T)` bool, the positions within each length.
+    valid: Tensor
+    #: `(B, T)` int64, each position's offset within its segment (0 where a segment
+    #: starts, and past each length).
+    offset: Tensor
+    #: `(B,)` int64, the lengths.
+    lengths: Tensor
 
 
 def normalize(
     gold, lengths: Tensor, max_duration: int, num_labels: int, batch: int, t_max: int, device
-) -> Tuple[Tensor, Tensor]:
-    """Any accepted gold form → checked `(labels (B, T), starts (B, T))` on `device`: the
-    label of every position (-1 past each length) and whether a segment starts there.
+) -> Gold:
+    """Any accepted gold form → a checked `Gold` on `device`.
 
     Accepted: labels per position `(B, T)` (integer tensor), padded segments `(B, S, 3)`
     (integer tensor, rows of -1 after the last segment), or a list of `(start, duration,
     label)` lists. Raises ValueError naming the sequence for anything else or a
     segmentation that does not tile `[0, lengths[b])` with durations in `1..=K` and labels
     in `0..C`.
+
+    `lengths` are on the host. The checks of a tensor on the device end in one reduction
+    read once; a list is checked on the host and its result copied to the device at once.
     """
-    host_lengths = lengths
-    lengths = lengths.to(device)
+    host_lengths = lengths.to(torch.int64)
     if isinstance(gold, Tensor):
         if gold.dtype not in _INTS:
             raise TypeError(f"gold: expected an integer tensor, got {gold.dtype}")
         if gold.device != device and gold.device.type != "cpu":
             raise ValueError(f"gold: on {gold.device}, but the potentials are on {device}")
-        gold = gold.to(device, torch.int64)
         if gold.dim() == 2:
             if gold.shape[0] != batch:
                 raise ValueError(f"gold: expected {batch} rows of labels, got {gold.shape[0]}")
-            if gold.shape[1] < int(host_lengths.max()):
+            longest = int(host_lengths.numpy().max()) if batch else 0
+            if gold.shape[1] < longest:
                 raise ValueError(
-                    f"gold: labels for {gold.shape[1]} positions, "
-                    f"but a length is {int(host_lengths.max())}"
+                    f"gold: labels for {gold.shape[1]} positions, but a length is {longest}"
                 )
-            gold = gold[:, :t_max]
-            valid = torch.arange(gold.shape[1], device=device).unsqueeze(0) < lengths.unsqueeze(1)
-            bad = valid & ((gold < 0) | (gold >= num_labels))
-            if bool(bad.any()):
-                b, t = (int(v) for v in bad.nonzero()[0])
-                raise ValueError(
-                    f"gold[{b}, {t}] = {int(gold[b, t])} is not a label in 0..{num_labels}"
-                )
-            labels = torch.where(valid, gold, -1)
-            return labels, _starts_from_labels(labels, lengths, max_duration)
+            gold, lengths = _upload([gold[:, :t_max], host_lengths], device)
+            return _from_labels(gold, lengths, max_duration, num_labels, t_max)
         if gold.dim() != 3 or gold.shape[-1] != 3:
             raise ValueError(
                 f"gold: expected labels (B, T) or segments (B, S, 3), got shape {tuple(gold.shape)}"
             )
-        seg = gold
+        seg, lengths = _upload([gold, host_lengths], device)
         counts = (seg != -1).any(dim=-1).sum(dim=1)
-    elif isinstance(gold, (list, tuple)):
-        seg, counts = _padded(gold, device)
-    else:
-        raise TypeError(
-            f"gold: expected a tensor or a list of segment lists, got {type(gold).__name__}"
-        )
-    _check_tiling(seg, counts, lengths, max_duration, num_labels, batch)
-    return labels_from_segments(seg, counts, t_max), _starts_from_segments(seg, counts, t_max)
+        _check_tiling(seg, counts, lengths, max_duration, num_labels, batch)
+        return _from_segments(seg, counts, lengths, t_max)
+    if isinstance(gold, (list, tuple)):
+        seg, counts = _padded(gold, "cpu")
+        _check_tiling(seg, counts, host_lengths, max_duration, num_labels, batch)
+        labels, _, offset, _ = _from_segments(seg, counts, host_lengths, t_max)
+        labels, offset, lengths = _upload([labels, offset, host_lengths], device)
+        valid = torch.arange(t_max, device=lengths.device) < lengths.unsqueeze(1)
+        return Gold(labels, valid, offset, lengths)
+    raise TypeError(
+        f"gold: expected a tensor or a list of segment lists, got {type(gold).__name__}"
+    )
 
 
-def _starts_from_labels(labels: Tensor, lengths: Tensor, k: int) -> Tensor:
-    """Where a segment starts: a change of label, or every `k` positions within a run."""
-    b, t = labels.shape
-    pos = torch.arange(t, device=labels.device).unsqueeze(0)
-    change = torch.ones_like(labels, dtype=torch.bool)
-    change[:, 1:] = labels[:, 1:] != labels[:, :-1]
-    run_start = torch.cummax(torch.where(change, pos, 0), dim=1).values
-    return (((pos - run_start) % k) == 0) & (pos < lengths.unsqueeze(1))
+def _upload(tensors, device) -> List[Tensor]:
+    """Integer tensors → int64 on `device`; those on the host travel in one copy."""
+    tensors = [t if t.dtype == torch.int64 else t.to(torch.int64) for t in tensors]
+    away = [i for i, t in enumerate(tensors) if t.device != torch.device(device)]
+    if not away:
+        return tensors
+    flat = torch.cat([tensors[i].reshape(-1) for i in away])
+    # From pageable host memory to the device: the copy is staged at once and does not
+    # wait for the device's stream.
+    flat = flat.to(device, non_blocking=True)
+    at = 0
+    for i in away:
+        n = tensors[i].numel()
+        tensors[i] = flat[at : at + n].view(tensors[i].shape)
+        at += n
+    return tensors
 
 
-def _starts_from_segments(seg: Tensor, counts: Tensor, t_max: int) -> Tensor:
+def _from_labels(gold: Tensor, lengths: Tensor, k: int, c: int, t_max: int) -> Gold:
+    """Labels per position, checked (one read of the device), and their segments: runs of
+    one label cut every `k` positions."""
+    t = gold.shape[1]
+    pos = torch.arange(t, device=gold.device)
+    valid = pos < lengths.unsqueeze(1)
+    labels = torch.where(valid, gold, 0)
+    bad = labels.clamp(0, c - 1) != labels
+    if bool(bad.any()):
+        i, j = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(f"gold[{i}, {j}] = {int(gold[i, j])} is not a label in 0..{c}")
+    # A run starts where the label changes (at position 0 the comparison, with the last
+    # label, does not matter: the start is 0 either way).
+    run_start = torch.cummax(torch.where(labels != labels.roll(1, 1), pos, 0), dim=1).values
+    offset = torch.where(valid, (pos - run_start) % k, 0)
+    if t < t_max:
+        pad = torch.nn.functional.pad
+        labels, valid, offset = (pad(x, (0, t_max - t)) for x in (labels, valid, offset))
+    return Gold(labels, valid, offset, lengths)
+
+
+def _from_segments(seg: Tensor, counts: Tensor, lengths: Tensor, t_max: int) -> Gold:
+    """Checked padded segments → `Gold`, without reading the device: each segment's label
+    lands at its start and is carried to its end."""
     b, s_max, _ = seg.shape
-    mask = torch.arange(s_max, device=seg.device).unsqueeze(0) < counts.unsqueeze(1)
-    starts = torch.zeros((b, t_max + 1), dtype=torch.bool, device=seg.device)
-    starts.scatter_(1, torch.where(mask, seg[..., 0], t_max), True)
-    return starts[:, :t_max]
+    device = seg.device
+    mask = torch.arange(s_max, device=device).unsqueeze(0) < counts.unsqueeze(1)
+    at = torch.where(mask, seg[..., 0], t_max)  # rows past the last: a column dropped below
+    label_at = torch.full((b, t_max + 1), -1, dtype=torch.int64, device=device)
+    label_at.scatter_(1, at, torch.where(mask, seg[..., 2], -1))
+    pos = torch.arange(t_max, device=device)
+    label_at = label_at[:, :t_max]
+    first = torch.cummax(torch.where(label_at >= 0, pos, 0), dim=1).values
+    valid = pos < lengths.unsqueeze(1)
+    offset = torch.where(valid, pos - first, 0)
+    return Gold(label_at.gather(1, first), valid, offset, lengths)
 
 
 def _check_tiling(seg, counts, lengths, k, c, batch) -> None:
+    """Every check of a padded segmentation folded into one flag, read once; only a failed
+    check looks further, for the first problem's message."""
     if seg.shape[0] != batch:
         raise ValueError(
             f"gold: {seg.shape[0]} segmentations given, expected one per sequence (B = {batch})"
         )
+    s_max = seg.shape[1]
+    mask = torch.arange(s_max, device=seg.device).unsqueeze(0) < counts.unsqueeze(1)
+    start, dur, lab = seg.unbind(-1)
+    dur_in = torch.where(mask, dur, 0)
+    end = torch.cumsum(dur_in, dim=1)
+    wrong = torch.where(
+        mask,
+        (start != end - dur_in) | (dur < 1) | (dur > k) | (lab < 0) | (lab >= c),
+        (seg != -1).any(dim=-1),
+    )
+    if bool((wrong.any(dim=1) | (dur_in.sum(dim=1) != lengths) | (counts == 0)).any()):
+        _explain_tiling(seg, counts, lengths, k, c)
+
+
+def _explain_tiling(seg, counts, lengths, k, c) -> None:
+    """Raises ValueError for the first problem of an invalid padded segmentation."""
     s_max = seg.shape[1]
     idx = torch.arange(s_max, device=seg.device).unsqueeze(0)
     mask = idx < counts.unsqueeze(1)
@@ -193,66 +258,8 @@ def _check_tiling(seg, counts, lengths, k, c, batch) -> None:
             f"gold[{b}]: the segments cover {int(total[b])} positions, "
             f"but the length is {int(lengths[b])}"
         )
-    if bool((counts == 0).any()):
-        b = int((counts == 0).nonzero()[0, 0])
-        raise ValueError(f"gold[{b}]: no segments")
-
-
-def _masked_sum(values: Tensor, mask: Tensor) -> Tensor:
-    return torch.where(mask, values, torch.zeros_like(values)).sum(dim=1)
-
-
-def gold_score(inputs: dict, labels: Tensor, starts: Tensor, lengths: Tensor) -> Tensor:
-    """The score of each gold segmentation `(B,)`, float64, differentiable; the segmentation
-    given by the label of every position and where its segments start (`normalize`)."""
-    device = labels.device
-    b, t_max = labels.shape
-    pos = torch.arange(t_max, device=device).unsqueeze(0)
-    lengths = lengths.to(device).unsqueeze(1)
-    valid = pos < lengths
-    lab = labels.clamp(min=0)
-    following = torch.cat([starts[:, 1:], torch.ones_like(starts[:, :1])], dim=1)
-    ends = valid & (following | (pos == lengths - 1))
-    seg_start = torch.cummax(torch.where(starts, pos, 0), dim=1).values
-    dur_at_end = pos - seg_start + 1
-    end_at = torch.where(ends, pos, t_max).flip(1).cummin(dim=1).values.flip(1)
-    dur_at_start = (end_at - pos + 1).clamp(min=1)
-    prev = torch.cat([lab[:, :1], lab[:, :-1]], dim=1)
-    later = starts & (pos > 0)
-    rows = torch.arange(b, device=device).unsqueeze(1).expand(b, t_max)
-    if inputs.get("edges") is not None:
-        e = inputs["edges"].double()
-        k = e.shape[2]
-        d0 = dur_at_start[:, 0].clamp(max=k) - 1
-        first = e[torch.arange(b, device=device), 0, d0, lab[:, 0]]  # (B, C) over sources
-        dead = torch.isneginf(first).all(dim=1, keepdim=True)
-        first = torch.logsumexp(torch.where(dead, torch.zeros_like(first), first), dim=1)
-        first = torch.where(dead.squeeze(1), torch.full_like(first, float("-inf")), first)
-        rest = e[rows, pos.expand(b, t_max), dur_at_start.clamp(max=k) - 1, lab, prev]
-        return first + _masked_sum(rest, later)
-    total = _masked_sum(inputs["scores"].double().gather(2, lab.unsqueeze(-1)).squeeze(-1), valid)
-    dur = inputs.get("duration")
-    if dur is not None:
-        k = dur.shape[0]
-        total = total + _masked_sum(dur.double()[dur_at_end.clamp(max=k) - 1, lab], ends)
-    for name, where in (("begin_boundary", starts), ("end_boundary", ends)):
-        if inputs.get(name) is not None:
-            v = inputs[name].double().gather(2, lab.unsqueeze(-1)).squeeze(-1)
-            total = total + _masked_sum(v, where)
-    tr = inputs.get("transition")
-    if tr is not None:
-        tr = tr.double()
-        if tr.dim() == 2:
-            v = tr[prev, lab]
-        else:
-            v = tr[dur_at_start.clamp(max=tr.shape[0]) - 1, prev, lab]
-        total = total + _masked_sum(v, later)
-    if inputs.get("start") is not None:
-        total = total + inputs["start"].double()[lab[:, 0]]
-    if inputs.get("end") is not None:
-        last = lab.gather(1, (lengths - 1).clamp(min=0)).squeeze(1)
-        total = total + inputs["end"].double()[last]
-    return total
+    b = int((counts == 0).nonzero()[0, 0])
+    raise ValueError(f"gold[{b}]: no segments")
 
 
 def padded_decodings(scores, segments, t_max: int, device) -> Tuple[Tensor, Tensor, Tensor]:
