@@ -1,6 +1,7 @@
 """One training step under DistributedDataParallel against the same step in one process on
 the same global batch: `torchrun --nproc_per_node=2 ddp_check.py` (gloo on CPU, nccl on
-GPUs), `--float64` for float64 weights. Rank 0 prints the largest relative difference of
+GPUs), `--float64` for float64 weights, `--no-tf32` for float32 convolutions without
+TF32 rounding. Rank 0 prints the largest relative difference of
 the gradients (per parameter, relative to its largest gradient) and step times."""
 
 import os
@@ -15,6 +16,9 @@ from semicrf.torch import SemiMarkovCRFHead
 
 if "--float64" in sys.argv:  # the same check without float32 rounding
     torch.set_default_dtype(torch.float64)
+if "--no-tf32" in sys.argv:  # cuDNN's convolutions round to TF32 (10 bits) by default
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
 torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
 dev = torch.device(f"cuda:{os.environ['LOCAL_RANK']}" if torch.cuda.is_available() else "cpu")
