@@ -10,11 +10,16 @@
 // One block per sequence. Its threads first take positions in turn and write each one's
 // largest |x| (the first entry attaining it) and first NaN or +inf to the scratch arrays;
 // after a barrier, thread 0 walks the positions in order, as the host does, so that the sum
-// is the host's to the last bit.
+// is the host's to the last bit. The walk reads tiles of CK_TILE positions that the whole
+// block has staged in shared memory (coalesced loads), so that thread 0's dependent chain of
+// additions does not wait on a global load per position.
 #ifndef KERNELS_IO_CU
 #define KERNELS_IO_CU
 
 #include "semiring.cuh"
+
+// Positions per tile of `check_input`'s ordered walk (12 KiB of shared memory).
+#define CK_TILE 1024
 
 struct CArgs {
     const void* x;     // (B, T, C): f32 when `f32in`, else f64
@@ -54,17 +59,41 @@ extern "C" __global__ void check_input(const CArgs a) {
         a.rowbad[row] = bad;
     }
     __syncthreads();
-    if (threadIdx.x != 0) return;
+    __shared__ double tile_max[CK_TILE];
+    __shared__ int tile_bad[CK_TILE];
+    const i64 len = a.len[b];
+    // Thread 0's running values (the others' copies are not used).
     double bound = a.bound[b], top = 0.0;
-    i64 top_t = -1;
-    for (i64 t = 0; t < a.len[b]; ++t) {
-        const double r = a.rowmax[b * a.T + t];
-        bound += r;
-        if (r > top) {
-            top = r;
-            top_t = t;
+    i64 top_t = -1, bad_t = -1;
+    int bad_c = -1;
+    for (i64 t0 = 0; t0 < a.T; t0 += CK_TILE) {
+        const i64 n = a.T - t0 < CK_TILE ? a.T - t0 : CK_TILE;
+        for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+            tile_max[i] = a.rowmax[b * a.T + t0 + i];
+            tile_bad[i] = a.rowbad[b * a.T + t0 + i];
         }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const i64 in_len = len - t0 < n ? (len - t0 > 0 ? len - t0 : 0) : n;
+            for (i64 i = 0; i < in_len; ++i) {
+                const double r = tile_max[i];
+                bound += r;
+                if (r > top) {
+                    top = r;
+                    top_t = t0 + i;
+                }
+            }
+            for (i64 i = 0; bad_t < 0 && i < n; ++i) {
+                if (tile_bad[i] >= 0) {
+                    bad_t = t0 + i;
+                    bad_c = tile_bad[i];
+                }
+            }
+        }
+        // The tile is rewritten only after thread 0 has walked it.
+        __syncthreads();
     }
+    if (threadIdx.x != 0) return;
     a.bound[b] = bound;
     double* o = a.out + 6 * b;
     o[0] = top;
@@ -72,16 +101,8 @@ extern "C" __global__ void check_input(const CArgs a) {
     const int c = top_t >= 0 ? a.rowarg[b * a.T + top_t] : -1;
     o[2] = (double)c;
     o[3] = top_t >= 0 ? ck_ld(a, (b * a.T + top_t) * a.C + c) : 0.0;
-    o[4] = -1.0;
-    o[5] = -1.0;
-    for (i64 t = 0; t < a.T; ++t) {
-        const int bad = a.rowbad[b * a.T + t];
-        if (bad >= 0) {
-            o[4] = (double)t;
-            o[5] = (double)bad;
-            break;
-        }
-    }
+    o[4] = (double)bad_t;
+    o[5] = (double)bad_c;
 }
 
 // `meet_sum`: the batch's duration and transition marginals of `kernels/meet.cu`'s backward,

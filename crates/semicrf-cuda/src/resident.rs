@@ -743,9 +743,15 @@ mod tests {
     fn the_check_kernel_finds_what_the_core_finds() {
         let exe = crate::emu::build_emulator("semicrf-check-emu", "check_main.cpp", &[]);
         let Some(exe) = exe else { return };
-        for (seed, (b, t, k, c)) in [(3, 40, 5, 4), (2, 300, 9, 7), (4, 17, 3, 33)]
-            .into_iter()
-            .enumerate()
+        // T = 2500: the ordered walk over three tiles of `CK_TILE` positions, the last partial.
+        for (seed, (b, t, k, c)) in [
+            (3, 40, 5, 4),
+            (2, 300, 9, 7),
+            (4, 17, 3, 33),
+            (2, 2500, 4, 3),
+        ]
+        .into_iter()
+        .enumerate()
         {
             let owned = random_problem(900 + seed as u64, &GenSpec::new(b, t, k, c).everything());
             for f32 in [false, true] {
@@ -791,7 +797,9 @@ mod tests {
     }
 
     /// The check kernel under ThreadSanitizer: thread 0 reads what the block's threads wrote
-    /// only after the barrier (a missing one is a reported race, which fails the run).
+    /// only after the barrier, and the block rewrites a tile of the ordered walk only after
+    /// thread 0 has read it (T = 2100: three tiles); a missing barrier is a reported race,
+    /// which fails the run.
     #[test]
     fn the_check_kernel_has_no_data_race() {
         let exe = crate::emu::build_emulator(
@@ -800,7 +808,7 @@ mod tests {
             &["-fsanitize=thread", "-g"],
         );
         let Some(exe) = exe else { return };
-        let owned = random_problem(77, &GenSpec::new(2, 150, 4, 5).everything());
+        let owned = random_problem(77, &GenSpec::new(2, 2100, 4, 5).everything());
         let p = owned.view().unwrap();
         let shared = range::shared_bound(&p);
         let start: Vec<f64> = owned.lengths.iter().map(|&l| shared.start(l)).collect();

@@ -24,6 +24,9 @@
 #define __global__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+// A kernel's static shared arrays: one instance for every thread of the block (blocks run one
+// after the other).
+#define __shared__ static
 
 struct emu_dim3 {
     unsigned x = 0, y = 1, z = 1;
