@@ -95,7 +95,8 @@ fn text(v: &[c_char]) -> String {
 }
 
 /// Loads `ptx` and the kernels `names` of it (each under its key), each allowed
-/// `smem_limit` bytes of dynamic shared memory.
+/// `smem_limit` bytes of shared memory: its static arrays (`check_input`'s tiles) and what a
+/// launch asks for dynamically together.
 pub(crate) fn load<N: Eq + std::hash::Hash>(
     ctx: &Arc<CudaContext>,
     ptx: Ptx,
@@ -111,9 +112,13 @@ pub(crate) fn load<N: Eq + std::hash::Hash>(
         let f = module
             .load_function(&n)
             .map_err(|e| format!("kernel {n}: {e:?}"))?;
+        // The driver refuses a dynamic limit that leaves no room for the static arrays.
+        let fixed = f
+            .shared_size_bytes()
+            .map_err(|e| format!("kernel {n}: static shared memory: {e:?}"))?;
         f.set_attribute(
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem_limit,
+            smem_limit - fixed,
         )
         .map_err(|e| format!("kernel {n}: shared memory: {e:?}"))?;
         functions.insert(key, f);
