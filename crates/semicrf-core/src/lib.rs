@@ -82,6 +82,8 @@ pub mod range;
 pub mod reference;
 mod scalar;
 mod segments;
+mod sink;
+mod source;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -105,4 +107,11 @@ pub use segments::{
 };
 pub use semicrf_semiring::{
     EntropySemiring, EntropyValue, LogSemiring, MaxSemiring, Semiring, SemiringInfo,
+};
+pub use sink::{
+    GradientArrays, GradientArraysParts, GradientRows, GradientSink, SourceEngine, StreamedBackward,
+};
+pub use source::{
+    PotentialSource, RowCheck, SharedParams, SourceRows, StreamedPotentials,
+    StreamedPotentialsBuilder, check_magnitude,
 };
