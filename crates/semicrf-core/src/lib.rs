@@ -30,7 +30,9 @@
 //! [`EngineInfo::memory_required`], pure functions of a [`Query`] that allocate nothing and
 //! count bytes with [`ByteCount`]) and [`Engine<F>`](Engine) for `f32` and `f64`: a forward
 //! pass generic over the [`Semiring`] (any semiring runs through the same code, monomorphised),
-//! the log semiring's backward and Viterbi. [`select`] then chooses among backends by memory
+//! the log semiring's backward and Viterbi. A backend that can read a problem chunk by chunk
+//! from a [`PotentialSource`] ([`StreamedPotentials`]) and deliver gradients to a
+//! [`GradientSink`] also implements [`SourceEngine`] (model §11). [`select`] then chooses among backends by memory
 //! budget, and the conformance suite of the `semicrf` repository checks a new backend against
 //! the [`reference`](mod@reference).
 //!

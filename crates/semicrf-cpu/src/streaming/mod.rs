@@ -17,17 +17,21 @@
 //! [`Ring`](semicrf_semiring::Ring), the step over `i` its
 //! [`Matrix`](semicrf_semiring::Matrix). A duration-dependent `(K, C, C)` transition does
 //! not factorise and costs `O(K·C²)` per position ([`forward::DdFwd`]). The backward pass
-//! (log semiring: gradients and marginals) is in [`backward`], Viterbi with backpointers in
-//! [`viterbi`].
+//! (log semiring: gradients and marginals) is in [`backward`], Viterbi (with backpointers,
+//! or with checkpoints for a source) in [`viterbi`]. On a
+//! [`PotentialSource`](semicrf_core::PotentialSource) ([`streamed`]) the same loops read
+//! their rows through a chunk buffer and the backward pass delivers its rows to a
+//! [`GradientSink`](semicrf_core::GradientSink) (model §11).
 //!
 //! | module | what |
 //! |---|---|
 //! | [`params`] | shared parameters in the layouts the loops read, prepared once per batch |
-//! | [`input`] | one sequence's position-wise tensors, read a row at a time |
+//! | [`input`] | one sequence's position-wise tensors, read a row at a time (from arrays or a source's chunks) |
 //! | [`prefix`] | re-anchored prefix sums and the `-inf` barriers |
 //! | [`forward`] | the forward state of each transition form, generic over the semiring |
 //! | [`backward`] | the checkpointed outside pass: marginals and gradients |
-//! | [`viterbi`] | the max-semiring forward with backpointers |
+//! | [`viterbi`] | the max-semiring forward with backpointers, or with checkpoints |
+//! | [`streamed`] | the engine on a potentials source ([`SourceEngine`](semicrf_core::SourceEngine)) |
 //!
 //! # Cost per sequence
 //!
@@ -37,6 +41,7 @@
 //! | forward, `(K, C, C)` transition | `O(T·K·C²)` | `O(K·C)` |
 //! | forward + backward | about 3× the forward | `O(K·C + (T/Δ)·K·C + Δ·C)`, `O(sqrt(T·K)·C)` at the default `Δ` |
 //! | Viterbi | the forward | `O(K·C)` + `3·T·C` bytes of backpointers (`K < 2¹⁶`, `C <= 256`; at most `8·T·C`) |
+//! | Viterbi on a source | at most 2× the forward | `O(K·C + (T/Δ)·K·C + Δ·C)`, `O(sqrt(T·K)·C)` at the default `Δ` |
 //!
 //! [`StreamingEngine`]'s [`EngineInfo::memory_required`] gives the exact formula.
 //!

@@ -7,9 +7,10 @@
 //! `Σ_s exp(α_s(i) + transition[i, j] + γ_s(j) - log Z)`, begin boundary
 //! `exp(u_s + γ_s - log Z)`, end boundary `exp(α_e + β_e - log Z)`, and the position
 //! marginals (the gradient of the scores) `Σ_{s ≤ t < s+d} μ(s, d, c)`, kept as differences
-//! (each segment marginal added at its start and subtracted, as the very same number, after
-//! its end) and summed once at the end, so only summation rounding remains (no drift with
-//! `T`).
+//! (each segment marginal added at its last position, the marginals of the segments that
+//! start at `s` subtracted at `s - 1`) and summed as suffix sums as the rows finish, `K`
+//! positions behind the pass ([`emit`]), so only summation rounding remains (no drift with
+//! `T`) and the rows leave in chunks, last rows first.
 //!
 //! With a static transition the steps run in the linear domain, like the forward: the ring
 //! of `w` is a [`LinearRing`] and the transition step a dot product with the rows of a
