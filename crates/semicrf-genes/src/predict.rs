@@ -29,12 +29,12 @@ impl Default for PredictConfig {
 /// The genes of one sequence: the model's Viterbi segmentation, its potentials computed
 /// chunk by chunk as the engine asks for them ([`Source`]) and decoded with checkpoints
 /// instead of backpointers, so memory grows with the square root of the length (besides the
-/// prepared sequence, 18 bytes a base).
+/// prepared sequence, 2 bytes a base).
 pub fn predict_one(model: &Model, seq: &[u8], cfg: &PredictConfig) -> Result<Vec<Gene>, Error> {
     if seq.is_empty() {
         return Ok(Vec::new());
     }
-    let prepared = Prepared::new(seq);
+    let prepared = Prepared::lean(seq);
     let shared = model.shared::<f32>();
     let source = Source::new(model, &prepared);
     let problem = StreamedPotentials::builder(&source, shared.duration.nrows())

@@ -105,7 +105,7 @@ impl Model {
     /// The content weights at base `i` of `o`: the hexamer table at `start6`, the trimer
     /// table at `start3`.
     fn content(&self, o: &Oriented, i: usize, start6: usize, start3: usize) -> f64 {
-        self.w[start6 + o.c6[i] as usize] + self.w[start3 + o.c3[i] as usize]
+        self.w[start6 + o.c6(i) as usize] + self.w[start3 + o.c3(i) as usize]
     }
 
     /// The score of a window of `s` at `anchor` of `x`.
@@ -299,10 +299,10 @@ impl Model {
             let row = d_scores.row(t);
             let g = row[Label::Intergenic.index()] + row[Label::IntergenicMore.index()];
             if g != 0.0 {
-                out[l.ig6 + p.plus.c6[t] as usize] += g;
-                out[l.ig3 + p.plus.c3[t] as usize] += g;
-                out[l.ig6 + p.minus.c6[i] as usize] += g;
-                out[l.ig3 + p.minus.c3[i] as usize] += g;
+                out[l.ig6 + p.plus.c6(t) as usize] += g;
+                out[l.ig3 + p.plus.c3(t) as usize] += g;
+                out[l.ig6 + p.minus.c6(i) as usize] += g;
+                out[l.ig3 + p.minus.c3(i) as usize] += g;
             }
             for (s, o, pos) in [(Strand::Plus, &p.plus, t), (Strand::Minus, &p.minus, i)] {
                 let mut g = 0.0;
@@ -313,8 +313,8 @@ impl Model {
                     g += row[Label::IntronMore(s, a).index()];
                 }
                 if g != 0.0 {
-                    out[l.int6 + o.c6[pos] as usize] += g;
-                    out[l.int3 + o.c3[pos] as usize] += g;
+                    out[l.int6 + o.c6(pos) as usize] += g;
+                    out[l.int3 + o.c3(pos) as usize] += g;
                 }
                 for fr in 0..3usize {
                     let cp = codon_position(s, t, fr);
@@ -323,8 +323,8 @@ impl Model {
                         .map(|&ty| row[Label::Exon(s, ty, fr as u8).index()])
                         .sum();
                     if g != 0.0 && g.is_finite() {
-                        out[l.cod6 + cp * HEXAMER_SLOTS + o.c6[pos] as usize] += g;
-                        out[l.cod3 + cp * TRIMER_SLOTS + o.c3[pos] as usize] += g;
+                        out[l.cod6 + cp * HEXAMER_SLOTS + o.c6(pos) as usize] += g;
+                        out[l.cod3 + cp * TRIMER_SLOTS + o.c3(pos) as usize] += g;
                     }
                 }
             }
@@ -483,9 +483,9 @@ mod tests {
                         let o = [&p.plus, &p.minus][rng.random_range(0..2)];
                         let at = rng.random_range(0..t_len);
                         (if len == HEXAMER_SLOTS {
-                            o.c6[at]
+                            o.c6(at)
                         } else {
-                            o.c3[at]
+                            o.c3(at)
                         }) as usize
                     })
                     .collect();

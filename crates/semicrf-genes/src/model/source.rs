@@ -115,6 +115,25 @@ mod tests {
     }
 
     #[test]
+    fn lean_and_tabulated_contexts_give_the_same_potentials_bitwise() {
+        let (model, p) = model_and_sequence(33, 700);
+        let x = p.strand(crate::data::Strand::Plus).x.clone();
+        let lean = Prepared::lean(&x);
+        let (a, b) = (model.potentials::<f64>(&p), model.potentials::<f64>(&lean));
+        for (u, v) in [
+            (&a.scores, &b.scores),
+            (&a.begin_boundary, &b.begin_boundary),
+            (&a.end_boundary, &b.end_boundary),
+        ] {
+            assert!(
+                u.iter()
+                    .zip(v.iter())
+                    .all(|(u, v)| u.to_bits() == v.to_bits())
+            );
+        }
+    }
+
+    #[test]
     fn decoding_from_the_source_gives_the_segments_of_the_materialised_potentials() {
         for seed in 0..3 {
             let (model, p) = model_and_sequence(40 + seed, 3000);
