@@ -134,8 +134,11 @@ fn check(t: usize, k: usize, c: usize, backward: bool) -> Vec<(Op, u64, u64)> {
             peak <= bound,
             "{op:?}: peak {peak} above the formula {bound}"
         );
-        // Nothing of size T·C: a tenth of the scores alone in f32.
-        assert!(peak < (t * c * 4 / 10) as u64, "{op:?}: peak {peak}");
+        // Nothing of size T·C: a tenth of the scores alone in f32 (for sequences long enough
+        // that the O(K·C) state is small beside it).
+        if t >= 100_000 {
+            assert!(peak < (t * c * 4 / 10) as u64, "{op:?}: peak {peak}");
+        }
     }
     out
 }

@@ -254,9 +254,14 @@ impl StreamingEngine {
                 } else {
                     StaticFwd::<MaxSemiring>::saved_words(k, c)
                 };
+                // With a pipelined traceback, a second sweep, block and reader.
+                let pipeline = self.pipelines(b, threads);
+                let ahead = pipeline.then_some(fwd + k.max(c));
+                let delta = self.delta(shape);
                 ByteCount::f64s(&[fwd + k.max(c)])
-                    + viterbi::checkpointed_bytes(k, c, t, self.delta(shape), saved)
+                    + viterbi::checkpointed_bytes(k, c, t, delta, saved, ahead)
                     + reader
+                    + if pipeline { reader } else { ByteCount::ZERO }
             }
             Op::Viterbi => {
                 // Backpointers: a duration (16 bits while K < 2^16) and a label (8 bits

@@ -135,12 +135,19 @@ impl<F: Scalar> SourceEngine<F> for StreamingEngine {
         let dd = problem.shared().has_duration_dependent_transition();
         let rows = self.rows_per_chunk();
         let delta = self.delta(problem.shape());
-        let results = map_indexed(self.parallelism, problem.shape().batch, |b| {
+        let batch = problem.shape().batch;
+        let pipeline = self.pipelines(batch, rayon::current_num_threads());
+        let results = map_indexed(self.parallelism, batch, |b| {
             let src = Source(problem.source());
             let bound = Some(problem.shared_bound());
-            let seq = SeqIn::chunked(&src, b, rows, Dir::Up, bound);
-            let d = viterbi::viterbi_checkpointed(&seq, &par, dd, delta);
-            seq.verify(false).map(|()| d)
+            let mut seq = SeqIn::chunked(&src, b, rows, Dir::Up, bound);
+            let mut ahead = pipeline.then(|| SeqIn::chunked(&src, b, rows, Dir::Up, None));
+            let d = viterbi::viterbi_checkpointed(&mut seq, ahead.as_mut(), &par, dd, delta);
+            seq.verify(false)?;
+            if let Some(a) = &ahead {
+                a.verify(false)?;
+            }
+            Ok(d)
         });
         results.into_iter().collect()
     }
@@ -173,7 +180,9 @@ impl StreamingEngine {
     ///   Viterbi, two for the backward pass;
     /// - Viterbi: `n` checkpoints of the max forward state (`f·(saved + C)` each, `saved` the
     ///   ring and prefix sums: `K·C + C` words for a static transition) and one block of
-    ///   `w·Δ'·C` bytes of backpointers, instead of `w·(T+1)·C`;
+    ///   `w·Δ'·C` bytes of backpointers, instead of `w·(T+1)·C`; when
+    ///   [`StreamingEngine::pipelines`], two blocks, a second max forward state and a second
+    ///   reader (the traceback recomputes the next block on another thread);
     /// - backward: the ring of unfinished output rows `f·(K+2)·(3C+1)` and one output chunk
     ///   `f·(ρ·(tensors·C + 1) + C)`, instead of nothing (the arrays are outputs).
     ///

@@ -73,22 +73,26 @@ pub(crate) fn viterbi_full<F: Scalar>(
 }
 
 /// Viterbi of one sequence with checkpoints every `delta` positions and no backpointers
-/// beyond one block.
+/// beyond one block (two with `ahead`, a second reader for recomputing the next block on
+/// another thread).
 pub(crate) fn viterbi_checkpointed<F: Scalar>(
-    seq: &SeqIn<'_, F>,
+    seq: &mut SeqIn<'_, F>,
+    ahead: Option<&mut SeqIn<'_, F>>,
     par: &Params<MaxSemiring>,
     dd: bool,
     delta: usize,
 ) -> Decoded {
+    let (k, c) = (par.k, par.c);
     if dd {
-        narrowest!(decode_checkpointed, DdSweep, par.k, par.c, seq, par, delta)
+        narrowest!(decode_checkpointed, DdSweep, k, c, seq, ahead, par, delta)
     } else {
         narrowest!(
             decode_checkpointed,
             StaticSweep,
-            par.k,
-            par.c,
+            k,
+            c,
             seq,
+            ahead,
             par,
             delta
         )
@@ -97,24 +101,29 @@ pub(crate) fn viterbi_checkpointed<F: Scalar>(
 
 /// Bytes of the checkpointed Viterbi of one sequence of padded length `t` besides the
 /// forward state: checkpoints of `saved` words (and `C` first-admissible starts) every
-/// `delta` positions, and one block of backpointers.
+/// `delta` positions, and one block of backpointers, or with `ahead` two blocks and a second
+/// forward state of `fwd` words.
 pub(crate) fn checkpointed_bytes(
     k: usize,
     c: usize,
     t: usize,
     delta: usize,
     saved: usize,
+    ahead: Option<usize>,
 ) -> semicrf_core::ByteCount {
     use semicrf_core::ByteCount;
     let delta = super::backward::interval(delta, t);
     let n = t.saturating_add(1).div_ceil(delta);
     let width = if k <= u16::MAX as usize { 2 } else { 4 } + if c <= 256 { 1 } else { 4 };
-    ByteCount::f64s(&[n, saved + c]) + ByteCount::bytes(&[width, delta, c])
+    let blocks = if ahead.is_some() { 2 } else { 1 };
+    ByteCount::f64s(&[n, saved + c])
+        + ByteCount::bytes(&[blocks * width, delta, c])
+        + ByteCount::f64s(&[ahead.unwrap_or(0)])
 }
 
 /// One position of the max-semiring sweep of a transition form, recording the backpointers
 /// of that position when asked.
-trait Sweep: Sized {
+trait Sweep: Sized + Send {
     type Fw: Forward<MaxSemiring>;
     /// Whether the previous label of a segment is kept at its start (static) or at its end
     /// (duration-dependent).
@@ -322,8 +331,49 @@ struct Block<D, P> {
     prev: Vec<P>,
 }
 
+/// The forward states saved before every block.
+struct Saved {
+    words: Vec<f64>,
+    zs: Vec<usize>,
+    per: usize,
+    c: usize,
+    delta: usize,
+    len: usize,
+}
+
+/// What recomputes blocks: a sweep, its reader and the block it fills.
+struct Worker<'r, 'a, Sw, D, P, F> {
+    sw: Sw,
+    seq: &'r mut SeqIn<'a, F>,
+    blk: Block<D, P>,
+}
+
+impl<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar> Worker<'_, '_, Sw, D, P, F> {
+    /// Recomputes block `n` from its checkpoint, with its backpointers.
+    fn fill(&mut self, n: usize, saved: &Saved, par: &Params<MaxSemiring>) {
+        let (c, per, delta) = (saved.c, saved.per, saved.delta);
+        let p0 = n * delta;
+        let p1 = ((n + 1) * delta).min(saved.len + 1);
+        self.sw.fw().restore(
+            &saved.words[n * per..(n + 1) * per],
+            &saved.zs[n * c..(n + 1) * c],
+            p0,
+        );
+        for p in p0..p1 {
+            let r = (p - p0) * c..(p - p0 + 1) * c;
+            let rows = (&mut self.blk.dur[r.clone()], &mut self.blk.prev[r]);
+            self.sw.step(p, &*self.seq, par, Some(rows));
+        }
+        (self.blk.n, self.blk.p0) = (n, p0);
+    }
+}
+
+/// Viterbi with checkpoints; with a second reader (`ahead`), each time the traceback needs a
+/// block it does not hold, that block and the one below it are recomputed at once on two
+/// threads (the traceback only moves down, so the one below is the next one it needs).
 fn decode_checkpointed<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar>(
-    seq: &SeqIn<'_, F>,
+    seq: &mut SeqIn<'_, F>,
+    ahead: Option<&mut SeqIn<'_, F>>,
     par: &Params<MaxSemiring>,
     delta: usize,
 ) -> Decoded {
@@ -331,19 +381,25 @@ fn decode_checkpointed<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar>(
     let delta = super::backward::interval(delta, len);
     let n_blk = (len + 1).div_ceil(delta);
     let per = <Sw::Fw as Forward<MaxSemiring>>::saved_words(par.k, c);
-    let mut words = vec![0.0; n_blk * per];
-    let mut zs = vec![0usize; n_blk * c];
+    let mut saved = Saved {
+        words: vec![0.0; n_blk * per],
+        zs: vec![0usize; n_blk * c],
+        per,
+        c,
+        delta,
+        len,
+    };
     let mut sw = Sw::new(par);
     for p in 0..=len {
         if p % delta == 0 {
             let n = p / delta;
             let (w, z) = (
-                &mut words[n * per..(n + 1) * per],
-                &mut zs[n * c..(n + 1) * c],
+                &mut saved.words[n * per..(n + 1) * per],
+                &mut saved.zs[n * c..(n + 1) * c],
             );
             sw.fw().save(w, z);
         }
-        sw.step::<D, P, F>(p, seq, par, None);
+        sw.step::<D, P, F>(p, &*seq, par, None);
     }
     let (mut score, mut last) = (NEG, 0);
     for (j, (&a, &e)) in sw.alpha().iter().zip(&par.end).enumerate() {
@@ -359,28 +415,36 @@ fn decode_checkpointed<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar>(
             segments: Vec::new(),
         };
     }
-    let mut blk = Block {
+    let block = || Block {
         n: usize::MAX,
         p0: 0,
         dur: vec![D::default(); delta * c],
         prev: vec![P::default(); delta * c],
     };
-    // Recomputes the block of position `t` unless it is the one held.
-    let load = |blk: &mut Block<D, P>, sw: &mut Sw, t: usize| {
+    let mut main = Worker {
+        sw,
+        seq,
+        blk: block(),
+    };
+    let mut second = ahead.map(|seq| Worker {
+        sw: Sw::new(par),
+        seq,
+        blk: block(),
+    });
+    // Makes `main.blk` the block of position `t`.
+    let mut load = |main: &mut Worker<'_, '_, Sw, D, P, F>, t: usize| {
         let n = t / delta;
-        if blk.n == n {
+        if main.blk.n == n {
             return;
         }
-        let p0 = n * delta;
-        let p1 = ((n + 1) * delta).min(len + 1);
-        sw.fw()
-            .restore(&words[n * per..(n + 1) * per], &zs[n * c..(n + 1) * c], p0);
-        for p in p0..p1 {
-            let r = (p - p0) * c..(p - p0 + 1) * c;
-            let rows = (&mut blk.dur[r.clone()], &mut blk.prev[r]);
-            sw.step(p, seq, par, Some(rows));
+        match second.as_mut() {
+            Some(w) if w.blk.n == n => std::mem::swap(&mut main.blk, &mut w.blk),
+            Some(w) if n >= 1 => {
+                let saved = &saved;
+                rayon::join(|| main.fill(n, saved, par), || w.fill(n - 1, saved, par));
+            }
+            _ => main.fill(n, &saved, par),
         }
-        (blk.n, blk.p0) = (n, p0);
     };
     // The segments come last first; they are kept in chunks of exact capacity and copied
     // once into the result, so the decoding is held at most twice (no doubling growth).
@@ -388,9 +452,9 @@ fn decode_checkpointed<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar>(
     let (mut t, mut j) = (len, last);
     while t > 0 {
         let (d, before) = lookup::<Sw, D, P>(t, |u| {
-            load(&mut blk, &mut sw, u);
-            let r = (u - blk.p0) * c + j;
-            (blk.dur[r], blk.prev[r])
+            load(&mut main, u);
+            let r = (u - main.blk.p0) * c + j;
+            (main.blk.dur[r], main.blk.prev[r])
         });
         assert!(
             (1..=t).contains(&d),
@@ -407,7 +471,7 @@ fn decode_checkpointed<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar>(
         t -= d;
         j = before;
     }
-    drop(blk);
+    drop((main, load));
     let mut segments = Vec::with_capacity(chunks.iter().map(Vec::len).sum());
     for ch in chunks.into_iter().rev() {
         segments.extend(ch.into_iter().rev());
