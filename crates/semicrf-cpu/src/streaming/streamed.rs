@@ -178,8 +178,9 @@ impl StreamingEngine {
     /// - per reader of a source, `ρ·C·tensors·dtype_bytes` bytes of chunk buffer,
     ///   `ρ = min(rows per chunk, T)`: one per sequence in flight for the forward pass and
     ///   Viterbi, two for the backward pass;
-    /// - Viterbi: `n` checkpoints of the max forward state (`f·(saved + C)` each, `saved` the
-    ///   ring and prefix sums: `K·C + C` words for a static transition) and one block of
+    /// - Viterbi: `n` checkpoints of the max forward state (at most `f·(saved + C + 3)` each,
+    ///   `saved` the ring and prefix sums: `K·C + C` words for a static transition, of which
+    ///   a checkpoint keeps only the live windows) and one block of
     ///   `w·Δ'·C` bytes of backpointers, instead of `w·(T+1)·C`; when
     ///   [`StreamingEngine::pipelines`], two blocks, a second max forward state and a second
     ///   reader (the traceback recomputes the next block on another thread);

@@ -11,10 +11,13 @@
 //!   time from its checkpoint, with that block's backpointers only. Every block is
 //!   recomputed at most once (the traceback only moves down), so the cost is at most two
 //!   forward sweeps and the memory `O(K·C + (L/Δ)·K·C + Δ·C)`, `O(sqrt(L·K)·C)` at
-//!   `Δ = sqrt(L·K)`. A restored state is bitwise the one the sweep left, so the
+//!   `Δ = sqrt(L·K)`. With a static transition a checkpoint holds only the ring entries a
+//!   later window can read (per label, its last `min(K_j, p - z_j)` starts), so labels cut
+//!   by `-inf` scores or with short durations cost what their windows hold. A restored state is bitwise the one the sweep left, so the
 //!   backpointers, hence the segments (ties included), are those of [`decode_full`].
 
 use semicrf_core::{Decoded, MaxSemiring, Scalar, Segment, decode_best};
+use semicrf_semiring::Ring;
 use semicrf_semiring::kernels::argmax_add;
 
 use super::forward::{DdFwd, Forward, StaticFwd};
@@ -100,8 +103,8 @@ pub(crate) fn viterbi_checkpointed<F: Scalar>(
 }
 
 /// Bytes of the checkpointed Viterbi of one sequence of padded length `t` besides the
-/// forward state: checkpoints of `saved` words (and `C` first-admissible starts) every
-/// `delta` positions, and one block of backpointers, or with `ahead` two blocks and a second
+/// forward state: checkpoints of at most `saved` words (and `C` first-admissible starts)
+/// every `delta` positions, and one block of backpointers, or with `ahead` two blocks and a second
 /// forward state of `fwd` words.
 pub(crate) fn checkpointed_bytes(
     k: usize,
@@ -116,7 +119,9 @@ pub(crate) fn checkpointed_bytes(
     let n = t.saturating_add(1).div_ceil(delta);
     let width = if k <= u16::MAX as usize { 2 } else { 4 } + if c <= 256 { 1 } else { 4 };
     let blocks = if ahead.is_some() { 2 } else { 1 };
-    ByteCount::f64s(&[n, saved + c])
+    // A checkpoint holds at most the whole state, in a vector of its own (3 words of header).
+    ByteCount::f64s(&[n, saved + c + 3])
+        + ByteCount::f64s(&[c])
         + ByteCount::bytes(&[blocks * width, delta, c])
         + ByteCount::f64s(&[ahead.unwrap_or(0)])
 }
@@ -131,6 +136,20 @@ trait Sweep: Sized + Send {
     fn new(par: &Params<MaxSemiring>) -> Self;
     fn fw(&mut self) -> &mut Self::Fw;
     fn alpha(&self) -> &[f64];
+    /// Saves the state before position `p` into `out` (empty) and `z`: what a restore needs
+    /// for the steps from `p` on to be bitwise those of the sweep. By default the whole
+    /// forward state ([`Forward::save`]).
+    fn save(&mut self, _p: usize, par: &Params<MaxSemiring>, out: &mut Vec<f64>, z: &mut [usize]) {
+        out.resize(
+            <Self::Fw as Forward<MaxSemiring>>::saved_words(par.k, par.c),
+            0.0,
+        );
+        self.fw().save(out, z);
+    }
+    /// Restores a state saved with [`Sweep::save`] before position `p`.
+    fn restore(&mut self, p: usize, _par: &Params<MaxSemiring>, from: &[f64], z: &[usize]) {
+        self.fw().restore(from, z, p);
+    }
     /// Step `p`; `bp` the backpointer rows of position `p` (durations, labels).
     fn step<D: Pointer, P: Pointer, F: Scalar>(
         &mut self,
@@ -153,6 +172,47 @@ struct StaticSweep {
 impl Sweep for StaticSweep {
     type Fw = StaticFwd<MaxSemiring>;
     const PREV_AT_START: bool = true;
+    /// Only the ring entries a later window can read: for label `j`, the last
+    /// `min(K_j, p - z_j)` starts (`K_j` its longest finite duration, `z_j` its first
+    /// admissible start), after the prefix sums. Labels cut by `-inf` scores or with short
+    /// durations cost what their windows hold.
+    fn save(&mut self, p: usize, par: &Params<MaxSemiring>, out: &mut Vec<f64>, z: &mut [usize]) {
+        let f = &self.f;
+        let live = |j: usize| par.kmax[j].min(p - f.prefix.z[j]);
+        let n: usize = (0..par.c).map(live).sum();
+        out.reserve_exact(par.c + n);
+        out.extend_from_slice(&f.prefix.pref);
+        for j in 0..par.c {
+            out.extend((p - live(j)..p).map(|q| f.ring.get(j, q)));
+        }
+        z.copy_from_slice(&f.prefix.z);
+    }
+    /// Pushes the saved entries back, position by position (`-inf` where a label holds
+    /// none: no window reads there).
+    fn restore(&mut self, p: usize, par: &Params<MaxSemiring>, from: &[f64], z: &[usize]) {
+        let c = par.c;
+        let live = |j: usize| par.kmax[j].min(p - z[j]);
+        let most = (0..c).map(live).max().unwrap_or(0);
+        let mut offs = Vec::with_capacity(c);
+        let mut o = c;
+        for j in 0..c {
+            offs.push(o);
+            o += live(j);
+        }
+        let row = &mut self.f.row;
+        for q in p - most..p {
+            for j in 0..c {
+                let first = p - live(j);
+                row[j] = if q >= first {
+                    from[offs[j] + q - first]
+                } else {
+                    NEG
+                };
+            }
+            self.f.ring.push(q, row);
+        }
+        self.f.prefix.restore(&from[..c], z, p);
+    }
     fn new(par: &Params<MaxSemiring>) -> Self {
         StaticSweep {
             f: StaticFwd::new(par),
@@ -331,11 +391,10 @@ struct Block<D, P> {
     prev: Vec<P>,
 }
 
-/// The forward states saved before every block.
+/// The forward states saved before every block ([`Sweep::save`]).
 struct Saved {
-    words: Vec<f64>,
+    states: Vec<Vec<f64>>,
     zs: Vec<usize>,
-    per: usize,
     c: usize,
     delta: usize,
     len: usize,
@@ -351,14 +410,11 @@ struct Worker<'r, 'a, Sw, D, P, F> {
 impl<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar> Worker<'_, '_, Sw, D, P, F> {
     /// Recomputes block `n` from its checkpoint, with its backpointers.
     fn fill(&mut self, n: usize, saved: &Saved, par: &Params<MaxSemiring>) {
-        let (c, per, delta) = (saved.c, saved.per, saved.delta);
+        let (c, delta) = (saved.c, saved.delta);
         let p0 = n * delta;
         let p1 = ((n + 1) * delta).min(saved.len + 1);
-        self.sw.fw().restore(
-            &saved.words[n * per..(n + 1) * per],
-            &saved.zs[n * c..(n + 1) * c],
-            p0,
-        );
+        let z = &saved.zs[n * c..(n + 1) * c];
+        self.sw.restore(p0, par, &saved.states[n], z);
         for p in p0..p1 {
             let r = (p - p0) * c..(p - p0 + 1) * c;
             let rows = (&mut self.blk.dur[r.clone()], &mut self.blk.prev[r]);
@@ -380,11 +436,9 @@ fn decode_checkpointed<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar>(
     let (c, len) = (par.c, seq.len);
     let delta = super::backward::interval(delta, len);
     let n_blk = (len + 1).div_ceil(delta);
-    let per = <Sw::Fw as Forward<MaxSemiring>>::saved_words(par.k, c);
     let mut saved = Saved {
-        words: vec![0.0; n_blk * per],
+        states: Vec::with_capacity(n_blk),
         zs: vec![0usize; n_blk * c],
-        per,
         c,
         delta,
         len,
@@ -393,11 +447,9 @@ fn decode_checkpointed<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar>(
     for p in 0..=len {
         if p % delta == 0 {
             let n = p / delta;
-            let (w, z) = (
-                &mut saved.words[n * per..(n + 1) * per],
-                &mut saved.zs[n * c..(n + 1) * c],
-            );
-            sw.fw().save(w, z);
+            let mut state = Vec::new();
+            sw.save(p, par, &mut state, &mut saved.zs[n * c..(n + 1) * c]);
+            saved.states.push(state);
         }
         sw.step::<D, P, F>(p, &*seq, par, None);
     }
