@@ -117,6 +117,7 @@ mod as_problem;
 mod config;
 #[cfg(feature = "json")]
 pub mod interchange;
+mod streamed;
 
 use ndarray::{Array2, Array3, Array5};
 
@@ -134,6 +135,11 @@ pub use semicrf_core::{
     gold_score_edges, gold_score_pull_back, human_bytes, labels_from_segments, materialize, model,
     position_marginals_from_edges, pull_back, segments_from_labels, select, trace_back,
     validate_segmentation,
+};
+pub use semicrf_core::{
+    GradientArrays, GradientArraysParts, GradientRows, GradientSink, PotentialSource, RowCheck,
+    SharedParams, SourceEngine, SourceRows, StreamedBackward, StreamedPotentials,
+    StreamedPotentialsBuilder, check_magnitude,
 };
 pub use semicrf_core::{range, reference};
 /// The CUDA engines and what only they offer (see the `cuda` feature).

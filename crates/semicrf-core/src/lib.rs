@@ -30,7 +30,9 @@
 //! [`EngineInfo::memory_required`], pure functions of a [`Query`] that allocate nothing and
 //! count bytes with [`ByteCount`]) and [`Engine<F>`](Engine) for `f32` and `f64`: a forward
 //! pass generic over the [`Semiring`] (any semiring runs through the same code, monomorphised),
-//! the log semiring's backward and Viterbi. [`select`] then chooses among backends by memory
+//! the log semiring's backward and Viterbi. A backend that can read a problem chunk by chunk
+//! from a [`PotentialSource`] ([`StreamedPotentials`]) and deliver gradients to a
+//! [`GradientSink`] also implements [`SourceEngine`] (model §11). [`select`] then chooses among backends by memory
 //! budget, and the conformance suite of the `semicrf` repository checks a new backend against
 //! the [`reference`](mod@reference).
 //!
@@ -82,6 +84,8 @@ pub mod range;
 pub mod reference;
 mod scalar;
 mod segments;
+mod sink;
+mod source;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -105,4 +109,11 @@ pub use segments::{
 };
 pub use semicrf_semiring::{
     EntropySemiring, EntropyValue, LogSemiring, MaxSemiring, Semiring, SemiringInfo,
+};
+pub use sink::{
+    GradientArrays, GradientArraysParts, GradientRows, GradientSink, SourceEngine, StreamedBackward,
+};
+pub use source::{
+    PotentialSource, RowCheck, SharedParams, SourceRows, StreamedPotentials,
+    StreamedPotentialsBuilder, check_magnitude,
 };

@@ -590,7 +590,7 @@ impl<F: Scalar> OwnedPotentials<F> {
     }
 }
 
-fn fixed_rank<'a, F, D: Dimension>(
+pub(crate) fn fixed_rank<'a, F, D: Dimension>(
     v: ArrayViewD<'a, F>,
     tensor: &'static str,
     expected: &str,
@@ -603,7 +603,7 @@ fn fixed_rank<'a, F, D: Dimension>(
     })
 }
 
-fn opt_view<'a, D: Dimension, F: Scalar>(
+pub(crate) fn opt_view<'a, D: Dimension, F: Scalar>(
     v: Option<ArrayViewD<'a, F>>,
     tensor: &'static str,
     rank: &str,
@@ -616,7 +616,12 @@ fn opt_view<'a, D: Dimension, F: Scalar>(
     Ok(Some(v))
 }
 
-fn expect_shape(tensor: &'static str, got: &[usize], want: &[usize], symbols: &str) -> Result<()> {
+pub(crate) fn expect_shape(
+    tensor: &'static str,
+    got: &[usize],
+    want: &[usize],
+    symbols: &str,
+) -> Result<()> {
     if got == want {
         return Ok(());
     }
@@ -648,7 +653,7 @@ fn check_lengths(lengths: &[usize], b: usize, t: usize) -> Result<()> {
 }
 
 /// Rejects NaN and `+inf`, naming the first bad element in row-major order.
-fn check_values<F: Scalar, D: Dimension>(
+pub(crate) fn check_values<F: Scalar, D: Dimension>(
     tensor: &'static str,
     v: &ArrayView<'_, F, D>,
 ) -> Result<()> {

@@ -150,6 +150,12 @@ impl SharedBound {
 /// end boundary, each in position order), it gives each sequence's bound, as an engine
 /// holding those tensors elsewhere (a GPU) computes it.
 pub fn shared_bound<F: Scalar>(p: &Potentials<'_, F>) -> SharedBound {
+    shared_bound_of(&p.shared())
+}
+
+/// [`shared_bound`] of shared parameters held apart from any position-wise tensor (a
+/// [`StreamedPotentials`](crate::StreamedPotentials) problem).
+pub fn shared_bound_of<F: Scalar>(p: &crate::SharedParams<'_, F>) -> SharedBound {
     // Shared tensors: once.
     let mut per_segment = Max::default();
     let mut per_segment_sum = 0.0;

@@ -14,4 +14,4 @@ pub use exact::ExactEngine;
 pub use par::{map_indexed, threads};
 pub use scan::ScanEngine;
 pub use semicrf_core::Parallelism;
-pub use streaming::StreamingEngine;
+pub use streaming::{DEFAULT_CHUNK_ROWS, StreamingEngine};

@@ -67,6 +67,22 @@ pub fn contexts(x: &[u8], k: usize) -> Vec<u32> {
     out
 }
 
+/// The entry `t` of [`contexts`]`(x, k)`, from the `k` bases that end at `t` alone.
+pub fn context_at(x: &[u8], t: usize, k: usize) -> u32 {
+    let other = 1u32 << (2 * k);
+    if t + 1 < k {
+        return other;
+    }
+    let mut h = 0u32;
+    for &c in &x[t + 1 - k..=t] {
+        if c >= 4 {
+            return other;
+        }
+        h = (h << 2) | c as u32;
+    }
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +92,12 @@ mod tests {
         let x = encode(b"ACGTNAC");
         let c = contexts(&x, 2);
         assert_eq!(c, vec![16, 1, 6, 11, 16, 16, 1]);
+        for k in [1, 2, 3] {
+            let all = contexts(&x, k);
+            for (t, &c) in all.iter().enumerate() {
+                assert_eq!(context_at(&x, t, k), c, "k = {k}, t = {t}");
+            }
+        }
         assert_eq!(reverse_complement(&encode(b"AACGN")), encode(b"NCGTT"));
         assert!(is_stop(&encode(b"CTGA"), 1));
         assert!(!is_stop(&encode(b"CTGA"), 2));

@@ -2,11 +2,11 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
-use semicrf::Problem;
+use semicrf::StreamedPotentials;
 
 use crate::Error;
 use crate::data::{Gene, Record};
-use crate::model::{Model, Prepared, engine, genes_of};
+use crate::model::{Model, Prepared, Source, engine, genes_of};
 
 /// Decoding settings.
 #[derive(Clone, Debug)]
@@ -26,17 +26,25 @@ impl Default for PredictConfig {
     }
 }
 
-/// The genes of one sequence: the model's Viterbi segmentation.
+/// The genes of one sequence: the model's Viterbi segmentation, its potentials computed
+/// chunk by chunk as the engine asks for them ([`Source`]) and decoded with checkpoints
+/// instead of backpointers, so memory grows with the square root of the length (besides the
+/// prepared sequence, 2 bytes a base).
 pub fn predict_one(model: &Model, seq: &[u8], cfg: &PredictConfig) -> Result<Vec<Gene>, Error> {
     if seq.is_empty() {
         return Ok(Vec::new());
     }
-    let prepared = Prepared::new(seq);
-    let p = model.potentials::<f32>(&prepared);
-    drop(prepared);
-    let problem: Problem<f32> = p.view()?.into();
+    let prepared = Prepared::lean(seq);
+    let shared = model.shared::<f32>();
+    let source = Source::new(model, &prepared);
+    let problem = StreamedPotentials::builder(&source, shared.duration.nrows())
+        .transition(shared.transition.view())
+        .duration(shared.duration.view())
+        .start(shared.start.view())
+        .end(shared.end.view())
+        .build()?;
     let crf = engine(cfg.memory_budget);
-    let best = crf.viterbi(&problem)?;
+    let best = crf.viterbi_streamed(&problem)?;
     if best[0].score == f64::NEG_INFINITY {
         // Every sequence has an all-intergenic segmentation: -inf here is a bug, not an answer.
         return Err(Error::Model(

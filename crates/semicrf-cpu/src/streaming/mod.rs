@@ -17,17 +17,21 @@
 //! [`Ring`](semicrf_semiring::Ring), the step over `i` its
 //! [`Matrix`](semicrf_semiring::Matrix). A duration-dependent `(K, C, C)` transition does
 //! not factorise and costs `O(K·C²)` per position ([`forward::DdFwd`]). The backward pass
-//! (log semiring: gradients and marginals) is in [`backward`], Viterbi with backpointers in
-//! [`viterbi`].
+//! (log semiring: gradients and marginals) is in [`backward`], Viterbi (with backpointers,
+//! or with checkpoints for a source) in [`viterbi`]. On a
+//! [`PotentialSource`](semicrf_core::PotentialSource) ([`streamed`]) the same loops read
+//! their rows through a chunk buffer and the backward pass delivers its rows to a
+//! [`GradientSink`](semicrf_core::GradientSink) (model §11).
 //!
 //! | module | what |
 //! |---|---|
 //! | [`params`] | shared parameters in the layouts the loops read, prepared once per batch |
-//! | [`input`] | one sequence's position-wise tensors, read a row at a time |
+//! | [`input`] | one sequence's position-wise tensors, read a row at a time (from arrays or a source's chunks) |
 //! | [`prefix`] | re-anchored prefix sums and the `-inf` barriers |
 //! | [`forward`] | the forward state of each transition form, generic over the semiring |
 //! | [`backward`] | the checkpointed outside pass: marginals and gradients |
-//! | [`viterbi`] | the max-semiring forward with backpointers |
+//! | [`viterbi`] | the max-semiring forward with backpointers, or with checkpoints |
+//! | [`streamed`] | the engine on a potentials source ([`SourceEngine`](semicrf_core::SourceEngine)) |
 //!
 //! # Cost per sequence
 //!
@@ -37,6 +41,7 @@
 //! | forward, `(K, C, C)` transition | `O(T·K·C²)` | `O(K·C)` |
 //! | forward + backward | about 3× the forward | `O(K·C + (T/Δ)·K·C + Δ·C)`, `O(sqrt(T·K)·C)` at the default `Δ` |
 //! | Viterbi | the forward | `O(K·C)` + `3·T·C` bytes of backpointers (`K < 2¹⁶`, `C <= 256`; at most `8·T·C`) |
+//! | Viterbi on a source | at most 2× the forward | `O(K·C + (T/Δ)·K·C + Δ·C)`, `O(sqrt(T·K)·C)` at the default `Δ` |
 //!
 //! [`StreamingEngine`]'s [`EngineInfo::memory_required`] gives the exact formula.
 //!
@@ -57,13 +62,14 @@ pub(crate) mod forward;
 pub(crate) mod input;
 pub(crate) mod params;
 pub(crate) mod prefix;
+mod streamed;
 pub(crate) mod viterbi;
 
 use ndarray::{Array1, Array2, Array3, ArrayD, IxDyn};
 use rayon::prelude::*;
 use semicrf_core::{
-    Algorithm, Backward, ByteCount, Decoded, Device, Engine, EngineInfo, Error, Form, Gradients,
-    LogSemiring, MaxSemiring, Op, Potentials, Problem, Query, Result, Scalar, Semiring,
+    Algorithm, Backward, ByteCount, Decoded, Device, Engine, EngineInfo, Error, Form, GradientRows,
+    Gradients, LogSemiring, MaxSemiring, Op, Potentials, Problem, Query, Result, Scalar, Semiring,
     SemiringInfo, Shape, check_feasible, check_upstream,
 };
 
@@ -105,11 +111,18 @@ const BACKEND: &str = "cpu/streaming";
 pub struct StreamingEngine {
     /// Threading: over the sequences of the batch.
     pub parallelism: Parallelism,
-    /// Positions between saved forward states in the backward pass; `None` picks
-    /// `max(K, ⌈sqrt(T·K)⌉)`, which minimises memory. Any value `>= 1` gives the same results
-    /// bitwise.
+    /// Positions between saved forward states in the backward pass (and in the Viterbi of a
+    /// streamed problem); `None` picks `max(K, ⌈sqrt(T·K)⌉)`, which minimises memory. Any
+    /// value `>= 1` gives the same results bitwise.
     pub checkpoint_interval: Option<usize>,
+    /// Rows asked of a [`PotentialSource`](semicrf_core::PotentialSource) at a time, and
+    /// delivered to a [`GradientSink`](semicrf_core::GradientSink) at a time; `None`:
+    /// [`DEFAULT_CHUNK_ROWS`]. Any value `>= 1` gives the same results bitwise.
+    pub chunk_rows: Option<usize>,
 }
+
+/// The rows per chunk of a streamed problem when [`StreamingEngine::chunk_rows`] is `None`.
+pub const DEFAULT_CHUNK_ROWS: usize = 1024;
 
 /// Allowance for allocator bookkeeping and small vectors per sequence.
 const PER_SEQUENCE_SLACK: usize = 512;
@@ -132,6 +145,18 @@ impl StreamingEngine {
     pub fn checkpoint_interval(mut self, delta: Option<usize>) -> Self {
         self.checkpoint_interval = delta;
         self
+    }
+
+    /// Sets the rows per chunk of a streamed problem (`None`: [`DEFAULT_CHUNK_ROWS`]).
+    pub fn chunk_rows(mut self, rows: Option<usize>) -> Self {
+        self.chunk_rows = rows;
+        self
+    }
+
+    /// The rows per chunk of a streamed problem: the configured number (at least 1) or
+    /// [`DEFAULT_CHUNK_ROWS`].
+    pub fn rows_per_chunk(&self) -> usize {
+        self.chunk_rows.unwrap_or(DEFAULT_CHUNK_ROWS).max(1)
     }
 
     /// The checkpoint interval used for `shape`: the configured one (at least 1) or
@@ -175,6 +200,20 @@ impl StreamingEngine {
     /// the `words` functions of the state types. Every term is linear in `B`; the forward
     /// is flat in `T`, the backward grows like `sqrt(T·K)·C` at the default `Δ`.
     pub fn memory_bytes(&self, shape: Shape, dd: bool, op: Op, threads: usize) -> ByteCount {
+        self.memory(shape, dd, op, threads, None)
+    }
+
+    /// [`StreamingEngine::memory_bytes`] for arrays (`streamed = None`) or for a
+    /// [`PotentialSource`](semicrf_core::PotentialSource) of `dtype_bytes`-byte elements and
+    /// `tensors` position tensors (`streamed = Some((dtype_bytes, tensors))`).
+    pub(crate) fn memory(
+        &self,
+        shape: Shape,
+        dd: bool,
+        op: Op,
+        threads: usize,
+        streamed: Option<(usize, usize)>,
+    ) -> ByteCount {
         let (b, t, k, c) = (shape.batch, shape.len, shape.max_duration, shape.labels);
         // Sizes that depend on K and C alone are small sums of the units K, C, K·C, C² and
         // (dd) K·C²; once each unit is below 2^52 words (32 PiB, far beyond any allocation)
@@ -201,8 +240,29 @@ impl StreamingEngine {
         let slack =
             ByteCount::bytes(&[b, PER_SEQUENCE_SLACK]) + ByteCount::bytes(&[CONSTANT_SLACK]);
         let partials = r + k * c + 2 * c;
+        let rows = self.rows_per_chunk();
+        // A chunked reader's buffers (none on arrays); the backward pass has two.
+        let reader = match streamed {
+            Some((bytes, tensors)) => ByteCount::bytes(&[rows.min(t.max(1)), c, tensors * bytes]),
+            None => ByteCount::ZERO,
+        };
         let per_seq = match op {
-            Op::Forward(_) => ByteCount::f64s(&[fwd]),
+            Op::Forward(_) => ByteCount::f64s(&[fwd]) + reader,
+            Op::Viterbi if streamed.is_some() => {
+                let saved = if dd {
+                    DdFwd::<MaxSemiring>::saved_words(k, c)
+                } else {
+                    StaticFwd::<MaxSemiring>::saved_words(k, c)
+                };
+                // With a pipelined traceback, a second sweep, block and reader.
+                let pipeline = self.pipelines(b, threads);
+                let ahead = pipeline.then_some(fwd + k.max(c));
+                let delta = self.delta(shape);
+                ByteCount::f64s(&[fwd + k.max(c)])
+                    + viterbi::checkpointed_bytes(k, c, t, delta, saved, ahead)
+                    + reader
+                    + if pipeline { reader } else { ByteCount::ZERO }
+            }
             Op::Viterbi => {
                 // Backpointers: a duration (16 bits while K < 2^16) and a label (8 bits
                 // while C <= 256) per position and label.
@@ -214,14 +274,20 @@ impl StreamingEngine {
             Op::Backward => {
                 let pipeline = self.pipelines(b, threads);
                 let delta = self.delta(shape);
+                let (out, tensors) = match streamed {
+                    Some((_, tensors)) => (rows, tensors),
+                    None => (ARRAY_ROWS, 3),
+                };
                 let bwd = if dd {
-                    backward::bytes::<DdFwd<LogSemiring>, DdBwd>(k, c, t, delta, pipeline, partials)
+                    backward::bytes::<DdFwd<LogSemiring>, DdBwd>(
+                        k, c, t, delta, pipeline, partials, out, tensors,
+                    )
                 } else {
                     backward::bytes::<StaticFwd<LogSemiring>, StaticBwd>(
-                        k, c, t, delta, pipeline, partials,
+                        k, c, t, delta, pipeline, partials, out, tensors,
                     )
                 };
-                ByteCount::f64s(&[fwd]) + bwd
+                ByteCount::f64s(&[fwd]) + bwd + reader + reader
             }
         };
         let batch = match op {
@@ -251,7 +317,7 @@ fn structured<'p, 'a, F>(problem: &'p Problem<'a, F>) -> Result<&'p Potentials<'
     }
 }
 
-fn edges_unsupported() -> Error {
+pub(crate) fn edges_unsupported() -> Error {
     Error::Unsupported {
         backend: BACKEND.into(),
         what: "edge potentials (streaming needs structured potentials)".into(),
@@ -259,7 +325,7 @@ fn edges_unsupported() -> Error {
 }
 
 /// The forward pass of one sequence in semiring `S`.
-fn run_forward<S: Semiring, Fw: Forward<S>, F: Scalar>(
+pub(crate) fn run_forward<S: Semiring, Fw: Forward<S>, F: Scalar>(
     seq: &SeqIn<'_, F>,
     par: &Params<S>,
 ) -> S::Value {
@@ -275,7 +341,7 @@ impl StreamingEngine {
         &self,
         p: &Potentials<'_, F>,
     ) -> Vec<S::Value> {
-        let par = Params::<S>::new(p);
+        let par = Params::<S>::new(&p.shared());
         map_indexed(self.parallelism, p.shape().batch, |b| {
             run_forward::<S, Fw, F>(&SeqIn::new(p, b), &par)
         })
@@ -287,14 +353,15 @@ impl StreamingEngine {
         upstream: &[f64],
     ) -> Result<Backward> {
         let sh = p.shape();
-        let par = Params::<LogSemiring>::new(p);
+        let par = Params::<LogSemiring>::new(&p.shared());
         let shared = Bw::shared(&par);
         let delta = self.delta(sh);
-        let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
+        let (bn, t, c) = (sh.batch, sh.len, sh.labels);
         let mut scores = Array3::<f64>::zeros((bn, t, c));
         let mut bb = p.begin_boundary().map(|_| Array3::<f64>::zeros((bn, t, c)));
         let mut eb = p.end_boundary().map(|_| Array3::<f64>::zeros((bn, t, c)));
         let mut bm = Array2::<f64>::zeros((bn, t));
+        let boundaries = [bb.is_some(), eb.is_some()];
         let chunk = (t * c).max(1);
         fn rows(a: &mut Array3<f64>, chunk: usize) -> Vec<&mut [f64]> {
             match a.as_slice_mut() {
@@ -304,7 +371,7 @@ impl StreamingEngine {
         }
         let mut bb_rows = bb.as_mut().map(|a| rows(a, chunk).into_iter());
         let mut eb_rows = eb.as_mut().map(|a| rows(a, chunk).into_iter());
-        let jobs: Vec<(usize, SeqOut<'_>)> = rows(&mut scores, chunk)
+        let jobs: Vec<(usize, ArrayOut<'_>)> = rows(&mut scores, chunk)
             .into_iter()
             .zip(
                 bm.as_slice_mut()
@@ -313,7 +380,7 @@ impl StreamingEngine {
             )
             .enumerate()
             .map(|(b, (sc, bmr))| {
-                let out = SeqOut {
+                let out = ArrayOut {
                     scores: sc,
                     bb: bb_rows.as_mut().and_then(Iterator::next),
                     eb: eb_rows.as_mut().and_then(Iterator::next),
@@ -323,57 +390,123 @@ impl StreamingEngine {
             })
             .collect();
         let pipeline = self.pipelines(bn, rayon::current_num_threads());
-        let run = |(b, out): (usize, SeqOut<'_>)| -> (f64, Partials) {
-            let s = SeqIn::new(p, b);
-            backward::backward::<Fw, Bw, F>(&s, &par, &shared, delta, upstream[b], out, pipeline)
+        let run = |(b, mut o): (usize, ArrayOut<'_>)| -> Result<(f64, Partials)> {
+            let mut sink = |t0: usize, r: GradientRows<'_>| o.put(t0, c, r);
+            let out = SeqOut {
+                rows: ARRAY_ROWS,
+                boundaries,
+                sink: &mut sink,
+            };
+            let (up, down) = (SeqIn::new(p, b), SeqIn::new(p, b));
+            backward::backward::<Fw, Bw, F>(
+                up,
+                down,
+                &par,
+                &shared,
+                delta,
+                upstream[b],
+                out,
+                pipeline,
+            )
         };
-        let results: Vec<(f64, Partials)> = match self.parallelism {
+        let results: Vec<Result<(f64, Partials)>> = match self.parallelism {
             Parallelism::Sequential => jobs.into_iter().map(run).collect(),
             _ => jobs.into_par_iter().map(run).collect(),
         };
-        let log_z: Vec<f64> = results.iter().map(|r| r.0).collect();
-        check_feasible(&log_z)?;
-        // Shared parameters: sum over the batch in ascending order.
-        let mut tr = vec![0.0; par.tr.len()];
-        let mut dur = vec![0.0; k * c];
-        let mut start = vec![0.0; c];
-        let mut end = vec![0.0; c];
-        for (b, (_, pt)) in results.iter().enumerate() {
-            let g = upstream[b];
-            for (dst, src) in [
-                (&mut tr, &pt.tr),
-                (&mut dur, &pt.dur),
-                (&mut start, &pt.start),
-                (&mut end, &pt.end),
-            ] {
-                for (d, &s) in dst.iter_mut().zip(src.iter()) {
-                    *d += g * s;
-                }
-            }
-        }
-        let transition = if p.has_duration_dependent_transition() {
-            ArrayD::from_shape_fn(IxDyn(&[k, c, c]), |ix| {
-                tr[ix[1] * k * c + ix[0] * c + ix[2]]
-            })
-        } else {
-            ArrayD::from_shape_fn(IxDyn(&[c, c]), |ix| tr[ix[0] * c + ix[1]])
-        };
-        let duration = Array2::from_shape_fn((k, c), |(d, j)| dur[j * k + d]);
+        let (log_z, grad) = sum_partials(
+            &par,
+            p.has_duration_dependent_transition(),
+            results,
+            upstream,
+        )?;
         Ok(Backward {
             log_z,
             grad: Gradients {
                 scores: Some(scores),
-                transition: Some(transition),
-                duration: Some(duration),
-                start: Some(Array1::from(start)),
-                end: Some(Array1::from(end)),
                 begin_boundary: bb,
                 end_boundary: eb,
-                edges: None,
+                ..grad
             },
             boundary_marginals: bm,
         })
     }
+}
+
+/// Rows of output arrays delivered at a time by the backward pass on arrays.
+const ARRAY_ROWS: usize = 256;
+
+/// One sequence's rows of the output arrays.
+struct ArrayOut<'o> {
+    scores: &'o mut [f64],
+    bb: Option<&'o mut [f64]>,
+    eb: Option<&'o mut [f64]>,
+    bm: &'o mut [f64],
+}
+
+impl ArrayOut<'_> {
+    fn put(&mut self, t0: usize, c: usize, r: GradientRows<'_>) -> Result<()> {
+        let n = r.boundary_marginals.len();
+        self.scores[t0 * c..(t0 + n) * c].copy_from_slice(r.scores);
+        if let (Some(d), Some(s)) = (self.bb.as_deref_mut(), r.begin_boundary) {
+            d[t0 * c..(t0 + n) * c].copy_from_slice(s);
+        }
+        if let (Some(d), Some(s)) = (self.eb.as_deref_mut(), r.end_boundary) {
+            d[t0 * c..(t0 + n) * c].copy_from_slice(s);
+        }
+        self.bm[t0..t0 + n].copy_from_slice(r.boundary_marginals);
+        Ok(())
+    }
+}
+
+/// `log Z` and the shared parameters' gradients from the per-sequence results (the first
+/// error, in sequence order, fails): partials scaled by the upstream gradient and summed over
+/// the batch in ascending order; an infeasible sequence is [`Error::Infeasible`].
+pub(crate) fn sum_partials(
+    par: &Params<LogSemiring>,
+    dd: bool,
+    results: Vec<Result<(f64, Partials)>>,
+    upstream: &[f64],
+) -> Result<(Vec<f64>, Gradients)> {
+    let results: Vec<(f64, Partials)> = results.into_iter().collect::<Result<_>>()?;
+    let (k, c) = (par.k, par.c);
+    let log_z: Vec<f64> = results.iter().map(|r| r.0).collect();
+    check_feasible(&log_z)?;
+    let mut tr = vec![0.0; par.tr.len()];
+    let mut dur = vec![0.0; k * c];
+    let mut start = vec![0.0; c];
+    let mut end = vec![0.0; c];
+    for (b, (_, pt)) in results.iter().enumerate() {
+        let g = upstream[b];
+        for (dst, src) in [
+            (&mut tr, &pt.tr),
+            (&mut dur, &pt.dur),
+            (&mut start, &pt.start),
+            (&mut end, &pt.end),
+        ] {
+            for (d, &s) in dst.iter_mut().zip(src.iter()) {
+                *d += g * s;
+            }
+        }
+    }
+    let transition = if dd {
+        ArrayD::from_shape_fn(IxDyn(&[k, c, c]), |ix| {
+            tr[ix[1] * k * c + ix[0] * c + ix[2]]
+        })
+    } else {
+        ArrayD::from_shape_fn(IxDyn(&[c, c]), |ix| tr[ix[0] * c + ix[1]])
+    };
+    let duration = Array2::from_shape_fn((k, c), |(d, j)| dur[j * k + d]);
+    let grad = Gradients {
+        scores: None,
+        transition: Some(transition),
+        duration: Some(duration),
+        start: Some(Array1::from(start)),
+        end: Some(Array1::from(end)),
+        begin_boundary: None,
+        end_boundary: None,
+        edges: None,
+    };
+    Ok((log_z, grad))
 }
 
 impl EngineInfo for StreamingEngine {
@@ -428,15 +561,10 @@ impl<F: Scalar> Engine<F> for StreamingEngine {
 
     fn viterbi(&self, problem: &Problem<'_, F>) -> Result<Vec<Decoded>> {
         let p = structured(problem)?;
-        let par = Params::<MaxSemiring>::new(p);
+        let par = Params::<MaxSemiring>::new(&p.shared());
         let dd = p.has_duration_dependent_transition();
         Ok(map_indexed(self.parallelism, p.shape().batch, |b| {
-            let seq = SeqIn::new(p, b);
-            if dd {
-                viterbi::viterbi_dd(&seq, &par)
-            } else {
-                viterbi::viterbi_static(&seq, &par)
-            }
+            viterbi::viterbi_full(&SeqIn::new(p, b), &par, dd)
         }))
     }
 }

@@ -1,6 +1,6 @@
 //! The shared parameters, converted once to `f64` in the layouts the recurrences read.
 
-use semicrf_core::{Potentials, Scalar, Semiring, Transition};
+use semicrf_core::{Scalar, Semiring, SharedParams, Transition};
 use semicrf_semiring::{Lag, Matrix, Ring};
 
 /// The shared parameters of a batch for semiring `S`.
@@ -46,9 +46,8 @@ impl<S: Semiring> Params<S> {
         r + tr_t + k * c + 3 * c + (k * c + c) * ring_words + (c * c + c) * matrix_words
     }
 
-    pub(crate) fn new<F: Scalar>(p: &Potentials<'_, F>) -> Self {
-        let sh = p.shape();
-        let (k, c) = (sh.max_duration, sh.labels);
+    pub(crate) fn new<F: Scalar>(p: &SharedParams<'_, F>) -> Self {
+        let (k, c) = (p.max_duration(), p.labels());
         let (tr, tr_t) = match p.transition() {
             Some(Transition::DurationDependent(t)) => {
                 let mut tr = vec![0.0; k * c * c];

@@ -1,9 +1,23 @@
-//! Viterbi decoding: the max-semiring forward with backpointers, `O(L·C)` integers of the
-//! narrowest width that holds them (a duration: 16 bits while `K < 2¹⁶`; a label: 8 bits
-//! while `C <= 256`), so that a sequence of `2·10⁷` positions and 50 labels keeps 3 GB of
-//! backpointers, not 8.
+//! Viterbi decoding: the max-semiring forward with backpointers, integers of the narrowest
+//! width that holds them (a duration: 16 bits while `K < 2¹⁶`; a label: 8 bits while
+//! `C <= 256`).
+//!
+//! Two drivers share one step per transition form ([`Sweep`]):
+//!
+//! - [`decode_full`] keeps the backpointers of every position, `O(L·C)` integers (a sequence
+//!   of `2·10⁷` positions and 50 labels keeps 3 GB of them);
+//! - [`decode_checkpointed`] keeps none: the forward sweep saves its exact state every `Δ`
+//!   positions, and the traceback, going down, recomputes one block of `Δ` positions at a
+//!   time from its checkpoint, with that block's backpointers only. Every block is
+//!   recomputed at most once (the traceback only moves down), so the cost is at most two
+//!   forward sweeps and the memory `O(K·C + (L/Δ)·K·C + Δ·C)`, `O(sqrt(L·K)·C)` at
+//!   `Δ = sqrt(L·K)`. With a static transition a checkpoint holds only the ring entries a
+//!   later window can read (per label, its last `min(K_j, p - z_j)` starts), so labels cut
+//!   by `-inf` scores or with short durations cost what their windows hold. A restored state is bitwise the one the sweep left, so the
+//!   backpointers, hence the segments (ties included), are those of [`decode_full`].
 
-use semicrf_core::{Decoded, MaxSemiring, Scalar, decode_best};
+use semicrf_core::{Decoded, MaxSemiring, Scalar, Segment, decode_best};
+use semicrf_semiring::Ring;
 use semicrf_semiring::kernels::argmax_add;
 
 use super::forward::{DdFwd, Forward, StaticFwd};
@@ -11,17 +25,6 @@ use super::input::SeqIn;
 use super::params::Params;
 
 const NEG: f64 = f64::NEG_INFINITY;
-
-/// The decoding from the final `α_L` and the end scores ([`decode_best`]), given the
-/// backpointer lookup of [`semicrf_core::trace_back`].
-fn decode(
-    alpha: &[f64],
-    par: &Params<MaxSemiring>,
-    len: usize,
-    best: impl Fn(usize, usize) -> (usize, usize),
-) -> Decoded {
-    decode_best(len, par.c, |j| alpha[j] + par.end[j], best)
-}
 
 /// A backpointer: a duration or a label, stored in `Self`.
 trait Pointer: Copy + Default + Send {
@@ -46,42 +49,191 @@ macro_rules! pointer {
 }
 pointer!(u8, u16, u32);
 
-/// Runs `$f::<D, P>` with the narrowest duration type `D` for `K` and label type `P` for `C`.
+/// Runs `$f::<Sw, D, P, F>` with the narrowest duration type `D` for `K` and label type `P`
+/// for `C`.
 macro_rules! narrowest {
-    ($f:ident, $k:expr, $c:expr, $($arg:expr),*) => {
+    ($f:ident, $sw:ident, $k:expr, $c:expr, $($arg:expr),*) => {
         match ($k <= u16::MAX as usize, $c <= 256) {
-            (true, true) => $f::<u16, u8, F>($($arg),*),
-            (true, false) => $f::<u16, u32, F>($($arg),*),
-            (false, true) => $f::<u32, u8, F>($($arg),*),
-            (false, false) => $f::<u32, u32, F>($($arg),*),
+            (true, true) => $f::<$sw, u16, u8, F>($($arg),*),
+            (true, false) => $f::<$sw, u16, u32, F>($($arg),*),
+            (false, true) => $f::<$sw, u32, u8, F>($($arg),*),
+            (false, false) => $f::<$sw, u32, u32, F>($($arg),*),
         }
     };
 }
 
-/// Static transition (see [`static_with`]).
-pub(crate) fn viterbi_static<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params<MaxSemiring>) -> Decoded {
-    narrowest!(static_with, par.k, par.c, seq, par)
-}
-
-/// Duration-dependent transition (see [`dd_with`]).
-pub(crate) fn viterbi_dd<F: Scalar>(seq: &SeqIn<'_, F>, par: &Params<MaxSemiring>) -> Decoded {
-    narrowest!(dd_with, par.k, par.c, seq, par)
-}
-
-/// Static transition: `bp_dur[t*C + j]` is the best duration of a segment of label `j` ending
-/// at `t`, `bp_prev[s*C + j]` the best previous label of a segment of label `j` starting at
-/// `s`. Ties: the smaller duration (windows run from the longest duration down, so the last
-/// maximum wins), then the smaller previous label (the first maximum).
-fn static_with<D: Pointer, P: Pointer, F: Scalar>(
+/// Viterbi of one sequence with every backpointer kept.
+pub(crate) fn viterbi_full<F: Scalar>(
     seq: &SeqIn<'_, F>,
     par: &Params<MaxSemiring>,
+    dd: bool,
 ) -> Decoded {
-    let (k, c, len) = (par.k, par.c, seq.len);
-    let mut bp_dur = vec![D::default(); (len + 1) * c];
-    let mut bp_prev = vec![P::default(); (len + 1) * c];
-    let mut buf = vec![0.0; k.max(c)];
-    let mut f = StaticFwd::<MaxSemiring>::new(par);
-    for p in 0..=len {
+    if dd {
+        narrowest!(decode_full, DdSweep, par.k, par.c, seq, par)
+    } else {
+        narrowest!(decode_full, StaticSweep, par.k, par.c, seq, par)
+    }
+}
+
+/// Viterbi of one sequence with checkpoints every `delta` positions and no backpointers
+/// beyond one block (two with `ahead`, a second reader for recomputing the next block on
+/// another thread).
+pub(crate) fn viterbi_checkpointed<F: Scalar>(
+    seq: &mut SeqIn<'_, F>,
+    ahead: Option<&mut SeqIn<'_, F>>,
+    par: &Params<MaxSemiring>,
+    dd: bool,
+    delta: usize,
+) -> Decoded {
+    let (k, c) = (par.k, par.c);
+    if dd {
+        narrowest!(decode_checkpointed, DdSweep, k, c, seq, ahead, par, delta)
+    } else {
+        narrowest!(
+            decode_checkpointed,
+            StaticSweep,
+            k,
+            c,
+            seq,
+            ahead,
+            par,
+            delta
+        )
+    }
+}
+
+/// Bytes of the checkpointed Viterbi of one sequence of padded length `t` besides the
+/// forward state: checkpoints of at most `saved` words (and `C` first-admissible starts)
+/// every `delta` positions, and one block of backpointers, or with `ahead` two blocks and a second
+/// forward state of `fwd` words.
+pub(crate) fn checkpointed_bytes(
+    k: usize,
+    c: usize,
+    t: usize,
+    delta: usize,
+    saved: usize,
+    ahead: Option<usize>,
+) -> semicrf_core::ByteCount {
+    use semicrf_core::ByteCount;
+    let delta = super::backward::interval(delta, t);
+    let n = t.saturating_add(1).div_ceil(delta);
+    let width = if k <= u16::MAX as usize { 2 } else { 4 } + if c <= 256 { 1 } else { 4 };
+    let blocks = if ahead.is_some() { 2 } else { 1 };
+    // A checkpoint holds at most the whole state, in a vector of its own (3 words of header).
+    ByteCount::f64s(&[n, saved + c + 3])
+        + ByteCount::f64s(&[c])
+        + ByteCount::bytes(&[blocks * width, delta, c])
+        + ByteCount::f64s(&[ahead.unwrap_or(0)])
+}
+
+/// One position of the max-semiring sweep of a transition form, recording the backpointers
+/// of that position when asked.
+trait Sweep: Sized + Send {
+    type Fw: Forward<MaxSemiring>;
+    /// Whether the previous label of a segment is kept at its start (static) or at its end
+    /// (duration-dependent).
+    const PREV_AT_START: bool;
+    fn new(par: &Params<MaxSemiring>) -> Self;
+    fn fw(&mut self) -> &mut Self::Fw;
+    fn alpha(&self) -> &[f64];
+    /// Saves the state before position `p` into `out` (empty) and `z`: what a restore needs
+    /// for the steps from `p` on to be bitwise those of the sweep. By default the whole
+    /// forward state ([`Forward::save`]).
+    fn save(&mut self, _p: usize, par: &Params<MaxSemiring>, out: &mut Vec<f64>, z: &mut [usize]) {
+        out.resize(
+            <Self::Fw as Forward<MaxSemiring>>::saved_words(par.k, par.c),
+            0.0,
+        );
+        self.fw().save(out, z);
+    }
+    /// Restores a state saved with [`Sweep::save`] before position `p`.
+    fn restore(&mut self, p: usize, _par: &Params<MaxSemiring>, from: &[f64], z: &[usize]) {
+        self.fw().restore(from, z, p);
+    }
+    /// Step `p`; `bp` the backpointer rows of position `p` (durations, labels).
+    fn step<D: Pointer, P: Pointer, F: Scalar>(
+        &mut self,
+        p: usize,
+        seq: &SeqIn<'_, F>,
+        par: &Params<MaxSemiring>,
+        bp: Option<(&mut [D], &mut [P])>,
+    );
+}
+
+/// Static transition: `dur[t][j]` is the best duration of a segment of label `j` ending at
+/// `t`, `prev[s][j]` the best previous label of a segment of label `j` starting at `s`. Ties:
+/// the smaller duration (windows run from the longest duration down, so the last maximum
+/// wins), then the smaller previous label (the first maximum).
+struct StaticSweep {
+    f: StaticFwd<MaxSemiring>,
+    buf: Vec<f64>,
+}
+
+impl Sweep for StaticSweep {
+    type Fw = StaticFwd<MaxSemiring>;
+    const PREV_AT_START: bool = true;
+    /// Only the ring entries a later window can read: for label `j`, the last
+    /// `min(K_j, p - z_j)` starts (`K_j` its longest finite duration, `z_j` its first
+    /// admissible start), after the prefix sums. Labels cut by `-inf` scores or with short
+    /// durations cost what their windows hold.
+    fn save(&mut self, p: usize, par: &Params<MaxSemiring>, out: &mut Vec<f64>, z: &mut [usize]) {
+        let f = &self.f;
+        let live = |j: usize| par.kmax[j].min(p - f.prefix.z[j]);
+        let n: usize = (0..par.c).map(live).sum();
+        out.reserve_exact(par.c + n);
+        out.extend_from_slice(&f.prefix.pref);
+        for j in 0..par.c {
+            out.extend((p - live(j)..p).map(|q| f.ring.get(j, q)));
+        }
+        z.copy_from_slice(&f.prefix.z);
+    }
+    /// Pushes the saved entries back, position by position (`-inf` where a label holds
+    /// none: no window reads there).
+    fn restore(&mut self, p: usize, par: &Params<MaxSemiring>, from: &[f64], z: &[usize]) {
+        let c = par.c;
+        let live = |j: usize| par.kmax[j].min(p - z[j]);
+        let most = (0..c).map(live).max().unwrap_or(0);
+        let mut offs = Vec::with_capacity(c);
+        let mut o = c;
+        for j in 0..c {
+            offs.push(o);
+            o += live(j);
+        }
+        let row = &mut self.f.row;
+        for q in p - most..p {
+            for j in 0..c {
+                let first = p - live(j);
+                row[j] = if q >= first {
+                    from[offs[j] + q - first]
+                } else {
+                    NEG
+                };
+            }
+            self.f.ring.push(q, row);
+        }
+        self.f.prefix.restore(&from[..c], z, p);
+    }
+    fn new(par: &Params<MaxSemiring>) -> Self {
+        StaticSweep {
+            f: StaticFwd::new(par),
+            buf: vec![0.0; par.k.max(par.c)],
+        }
+    }
+    fn fw(&mut self) -> &mut Self::Fw {
+        &mut self.f
+    }
+    fn alpha(&self) -> &[f64] {
+        &self.f.alpha
+    }
+    #[inline]
+    fn step<D: Pointer, P: Pointer, F: Scalar>(
+        &mut self,
+        p: usize,
+        seq: &SeqIn<'_, F>,
+        par: &Params<MaxSemiring>,
+        mut bp: Option<(&mut [D], &mut [P])>,
+    ) {
+        let (f, buf, c) = (&mut self.f, &mut self.buf, par.c);
         if p == 0 {
             f.u.copy_from_slice(&par.start);
         } else {
@@ -91,46 +243,68 @@ fn static_with<D: Pointer, P: Pointer, F: Scalar>(
                 let n = f.len[j];
                 if n == 0 {
                     f.alpha[j] = NEG;
+                    if let Some((d, _)) = bp.as_mut() {
+                        d[j] = D::default();
+                    }
                     continue;
                 }
                 let w = f.ring.window(j, f.first[j], n);
-                let (best, e) = argmax_add(w, par.weights.window(j, n), true, &mut buf);
+                let (best, e) = argmax_add(w, par.weights.window(j, n), true, buf);
                 // As the forward's `α ⊗ lift(P + eb)`, so the score is the max forward's.
                 f.alpha[j] = best + (f.prefix.pref[j] + f.row[j]);
-                bp_dur[p * c + j] = D::put(n - e);
+                if let Some((d, _)) = bp.as_mut() {
+                    d[j] = D::put(n - e);
+                }
             }
-            if p == len {
-                break;
+            if p == seq.len {
+                return;
             }
             for j in 0..c {
-                let (best, i) = argmax_add(&f.alpha, par.matrix.column(j), false, &mut buf);
+                let (best, i) = argmax_add(&f.alpha, par.matrix.column(j), false, buf);
                 f.u[j] = best;
-                bp_prev[p * c + j] = P::put(i);
+                if let Some((_, l)) = bp.as_mut() {
+                    l[j] = P::put(i);
+                }
             }
         }
         f.push(p, seq);
     }
-    decode(&f.alpha, par, len, |t, j| {
-        let d = bp_dur[t * c + j].get();
-        let s = t - d;
-        (d, if s == 0 { 0 } else { bp_prev[s * c + j].get() })
-    })
 }
 
-/// Duration-dependent transition: `bp_dur[t*C + j]` and `bp_prev[t*C + j]` are the best
-/// duration and previous label of a segment of label `j` ending at `t`, read off the ring
-/// before each step.
-fn dd_with<D: Pointer, P: Pointer, F: Scalar>(
-    seq: &SeqIn<'_, F>,
-    par: &Params<MaxSemiring>,
-) -> Decoded {
-    let (k, c, len) = (par.k, par.c, seq.len);
-    let mut bp_dur = vec![D::default(); (len + 1) * c];
-    let mut bp_prev = vec![P::default(); (len + 1) * c];
-    let mut buf = vec![0.0; c];
-    let mut f = DdFwd::<MaxSemiring>::new(par);
-    for p in 0..=len {
-        if p >= 1 {
+/// Duration-dependent transition: `dur[t][j]` and `prev[t][j]` are the best duration and
+/// previous label of a segment of label `j` ending at `t`, read off the ring before each
+/// step.
+struct DdSweep {
+    f: DdFwd<MaxSemiring>,
+    buf: Vec<f64>,
+}
+
+impl Sweep for DdSweep {
+    type Fw = DdFwd<MaxSemiring>;
+    const PREV_AT_START: bool = false;
+    fn new(par: &Params<MaxSemiring>) -> Self {
+        DdSweep {
+            f: DdFwd::new(par),
+            buf: vec![0.0; par.c],
+        }
+    }
+    fn fw(&mut self) -> &mut Self::Fw {
+        &mut self.f
+    }
+    fn alpha(&self) -> &[f64] {
+        &self.f.alpha
+    }
+    #[inline]
+    fn step<D: Pointer, P: Pointer, F: Scalar>(
+        &mut self,
+        p: usize,
+        seq: &SeqIn<'_, F>,
+        par: &Params<MaxSemiring>,
+        bp: Option<(&mut [D], &mut [P])>,
+    ) {
+        let (k, c) = (par.k, par.c);
+        let (f, buf) = (&mut self.f, &mut self.buf);
+        if let (true, Some((bd_row, bi_row))) = (p >= 1, bp) {
             for j in 0..c {
                 let n = par.kmax[j].min(p - f.prefix.z[j]);
                 let mut best = NEG;
@@ -146,7 +320,7 @@ fn dd_with<D: Pointer, P: Pointer, F: Scalar>(
                             &f.ring[slot * c..(slot + 1) * c],
                             &par.tr_t[o..o + c],
                             false,
-                            &mut buf,
+                            buf,
                         )
                     };
                     let x = inner + (f.q[slot * c + j] + par.dur[j * k + d - 1]);
@@ -156,13 +330,206 @@ fn dd_with<D: Pointer, P: Pointer, F: Scalar>(
                         bi = i;
                     }
                 }
-                bp_dur[p * c + j] = D::put(bd);
-                bp_prev[p * c + j] = P::put(bi);
+                bd_row[j] = D::put(bd);
+                bi_row[j] = P::put(bi);
             }
         }
         f.step(p, seq, par);
     }
-    decode(&f.alpha, par, len, |t, j| {
-        (bp_dur[t * c + j].get(), bp_prev[t * c + j].get())
-    })
 }
+
+/// The best segment ending at `t` (for the label the caller's `rows` reads): its duration
+/// and the previous label, from the backpointer rows of `t` and, for the static form, of the
+/// segment's start `t - d`.
+#[inline]
+fn lookup<Sw: Sweep, D: Pointer, P: Pointer>(
+    t: usize,
+    mut rows: impl FnMut(usize) -> (D, P),
+) -> (usize, usize) {
+    let (d, prev_here) = rows(t);
+    let d = d.get();
+    let s = t - d;
+    let before = if s == 0 {
+        0
+    } else if Sw::PREV_AT_START {
+        rows(s).1.get()
+    } else {
+        prev_here.get()
+    };
+    (d, before)
+}
+
+fn decode_full<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar>(
+    seq: &SeqIn<'_, F>,
+    par: &Params<MaxSemiring>,
+) -> Decoded {
+    let (c, len) = (par.c, seq.len);
+    let mut bp_dur = vec![D::default(); (len + 1) * c];
+    let mut bp_prev = vec![P::default(); (len + 1) * c];
+    let mut sw = Sw::new(par);
+    for p in 0..=len {
+        let rows = (
+            &mut bp_dur[p * c..(p + 1) * c],
+            &mut bp_prev[p * c..(p + 1) * c],
+        );
+        sw.step(p, seq, par, Some(rows));
+    }
+    let alpha = sw.alpha();
+    decode_best(
+        len,
+        c,
+        |j| alpha[j] + par.end[j],
+        |t, j| lookup::<Sw, D, P>(t, |u| (bp_dur[u * c + j], bp_prev[u * c + j])),
+    )
+}
+
+/// One block of recomputed backpointers: positions `[p0, p1)`.
+struct Block<D, P> {
+    n: usize,
+    p0: usize,
+    dur: Vec<D>,
+    prev: Vec<P>,
+}
+
+/// The forward states saved before every block ([`Sweep::save`]).
+struct Saved {
+    states: Vec<Vec<f64>>,
+    zs: Vec<usize>,
+    c: usize,
+    delta: usize,
+    len: usize,
+}
+
+/// What recomputes blocks: a sweep, its reader and the block it fills.
+struct Worker<'r, 'a, Sw, D, P, F> {
+    sw: Sw,
+    seq: &'r mut SeqIn<'a, F>,
+    blk: Block<D, P>,
+}
+
+impl<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar> Worker<'_, '_, Sw, D, P, F> {
+    /// Recomputes block `n` from its checkpoint, with its backpointers.
+    fn fill(&mut self, n: usize, saved: &Saved, par: &Params<MaxSemiring>) {
+        let (c, delta) = (saved.c, saved.delta);
+        let p0 = n * delta;
+        let p1 = ((n + 1) * delta).min(saved.len + 1);
+        let z = &saved.zs[n * c..(n + 1) * c];
+        self.sw.restore(p0, par, &saved.states[n], z);
+        for p in p0..p1 {
+            let r = (p - p0) * c..(p - p0 + 1) * c;
+            let rows = (&mut self.blk.dur[r.clone()], &mut self.blk.prev[r]);
+            self.sw.step(p, &*self.seq, par, Some(rows));
+        }
+        (self.blk.n, self.blk.p0) = (n, p0);
+    }
+}
+
+/// Viterbi with checkpoints; with a second reader (`ahead`), each time the traceback needs a
+/// block it does not hold, that block and the one below it are recomputed at once on two
+/// threads (the traceback only moves down, so the one below is the next one it needs).
+fn decode_checkpointed<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar>(
+    seq: &mut SeqIn<'_, F>,
+    ahead: Option<&mut SeqIn<'_, F>>,
+    par: &Params<MaxSemiring>,
+    delta: usize,
+) -> Decoded {
+    let (c, len) = (par.c, seq.len);
+    let delta = super::backward::interval(delta, len);
+    let n_blk = (len + 1).div_ceil(delta);
+    let mut saved = Saved {
+        states: Vec::with_capacity(n_blk),
+        zs: vec![0usize; n_blk * c],
+        c,
+        delta,
+        len,
+    };
+    let mut sw = Sw::new(par);
+    for p in 0..=len {
+        if p % delta == 0 {
+            let n = p / delta;
+            let mut state = Vec::new();
+            sw.save(p, par, &mut state, &mut saved.zs[n * c..(n + 1) * c]);
+            saved.states.push(state);
+        }
+        sw.step::<D, P, F>(p, &*seq, par, None);
+    }
+    let (mut score, mut last) = (NEG, 0);
+    for (j, (&a, &e)) in sw.alpha().iter().zip(&par.end).enumerate() {
+        let x = a + e;
+        if x > score {
+            score = x;
+            last = j;
+        }
+    }
+    if score == NEG {
+        return Decoded {
+            score,
+            segments: Vec::new(),
+        };
+    }
+    let block = || Block {
+        n: usize::MAX,
+        p0: 0,
+        dur: vec![D::default(); delta * c],
+        prev: vec![P::default(); delta * c],
+    };
+    let mut main = Worker {
+        sw,
+        seq,
+        blk: block(),
+    };
+    let mut second = ahead.map(|seq| Worker {
+        sw: Sw::new(par),
+        seq,
+        blk: block(),
+    });
+    // Makes `main.blk` the block of position `t`.
+    let mut load = |main: &mut Worker<'_, '_, Sw, D, P, F>, t: usize| {
+        let n = t / delta;
+        if main.blk.n == n {
+            return;
+        }
+        match second.as_mut() {
+            Some(w) if w.blk.n == n => std::mem::swap(&mut main.blk, &mut w.blk),
+            Some(w) if n >= 1 => {
+                let saved = &saved;
+                rayon::join(|| main.fill(n, saved, par), || w.fill(n - 1, saved, par));
+            }
+            _ => main.fill(n, &saved, par),
+        }
+    };
+    // The segments come last first; they are kept in chunks of exact capacity and copied
+    // once into the result, so the decoding is held at most twice (no doubling growth).
+    let mut chunks: Vec<Vec<Segment>> = Vec::new();
+    let (mut t, mut j) = (len, last);
+    while t > 0 {
+        let (d, before) = lookup::<Sw, D, P>(t, |u| {
+            load(&mut main, u);
+            let r = (u - main.blk.p0) * c + j;
+            (main.blk.dur[r], main.blk.prev[r])
+        });
+        assert!(
+            (1..=t).contains(&d),
+            "backpointer of duration {d} at position {t}, label {j}"
+        );
+        match chunks.last_mut() {
+            Some(ch) if ch.len() < SEGMENT_CHUNK => ch.push(Segment::new(t - d, d, j)),
+            _ => {
+                let mut ch = Vec::with_capacity(SEGMENT_CHUNK);
+                ch.push(Segment::new(t - d, d, j));
+                chunks.push(ch);
+            }
+        }
+        t -= d;
+        j = before;
+    }
+    drop((main, load));
+    let mut segments = Vec::with_capacity(chunks.iter().map(Vec::len).sum());
+    for ch in chunks.into_iter().rev() {
+        segments.extend(ch.into_iter().rev());
+    }
+    Decoded { score, segments }
+}
+
+/// Segments per chunk of a traceback in progress.
+const SEGMENT_CHUNK: usize = 1024;

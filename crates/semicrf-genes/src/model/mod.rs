@@ -31,6 +31,8 @@
 //! - `potentials.rs`: the [`Potentials`] of a sequence ([`Model::potentials`]) and their
 //!   adjoint ([`Model::pull_back`]), written side by side and tested against each other; the
 //!   [`engine`] every call runs on.
+//! - `source.rs`: [`Source`], the same potentials as a
+//!   [`PotentialSource`](semicrf::PotentialSource), computed chunk by chunk (decoding).
 //! - `segments.rs`: between genes and segmentations: [`gold_segments`], [`why_impossible`],
 //!   [`genes_of`].
 
@@ -39,9 +41,11 @@ mod potentials;
 mod prepared;
 mod segments;
 mod signals;
+mod source;
 
 pub use layout::{Layout, Model, bin};
-pub use potentials::{Potentials, engine};
+pub use potentials::{Potentials, Shared, engine};
 pub use prepared::Prepared;
 pub use segments::{genes_of, gold_segments, why_impossible};
 pub use signals::Signal;
+pub use source::Source;

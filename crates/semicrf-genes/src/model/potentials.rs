@@ -5,6 +5,8 @@
 //! read the same contexts, and `for_boundaries` serves both. A unit test checks the adjoint
 //! against central finite differences of the potentials.
 
+use std::ops::Range;
+
 use ndarray::{Array1, Array2, Array3, ArrayView2};
 use semicrf::Scalar;
 
@@ -22,6 +24,18 @@ pub(super) const NEG: f64 = f64::NEG_INFINITY;
 /// The codon position of a stop codon's last base: a base there that ends a stop codon is
 /// forbidden to every exon label of that frame.
 const STOP_END: usize = CODON_POSITIONS - 1;
+
+/// The shared parameters of the potentials, in element type `F`.
+pub struct Shared<F> {
+    /// `(C, C)`.
+    pub transition: Array2<F>,
+    /// `(K, C)`.
+    pub duration: Array2<F>,
+    /// `(C)`.
+    pub start: Array1<F>,
+    /// `(C)`.
+    pub end: Array1<F>,
+}
 
 /// The potentials of one sequence, batch of one, in element type `F`.
 pub struct Potentials<F> {
@@ -91,7 +105,7 @@ impl Model {
     /// The content weights at base `i` of `o`: the hexamer table at `start6`, the trimer
     /// table at `start3`.
     fn content(&self, o: &Oriented, i: usize, start6: usize, start3: usize) -> f64 {
-        self.w[start6 + o.c6[i] as usize] + self.w[start3 + o.c3[i] as usize]
+        self.w[start6 + o.c6(i) as usize] + self.w[start3 + o.c3(i) as usize]
     }
 
     /// The score of a window of `s` at `anchor` of `x`.
@@ -102,12 +116,17 @@ impl Model {
         acc
     }
 
-    /// Calls `f(t, c, value)` for every content score, `value` `-inf` for a forbidden one.
-    /// Its adjoint is the content loop of [`Model::pull_back`].
-    fn for_scores(&self, p: &Prepared, mut f: impl FnMut(usize, usize, f64)) {
+    /// Calls `f(t, c, value)` for every content score of the bases `rows`, `value` `-inf` for
+    /// a forbidden one. Its adjoint is the content loop of [`Model::pull_back`].
+    pub(super) fn for_scores(
+        &self,
+        p: &Prepared,
+        rows: Range<usize>,
+        mut f: impl FnMut(usize, usize, f64),
+    ) {
         let l = &self.layout;
         let t_len = p.t;
-        for t in 0..t_len {
+        for t in rows {
             let i = t_len - 1 - t;
             let ig =
                 self.content(&p.plus, t, l.ig6, l.ig3) + self.content(&p.minus, i, l.ig6, l.ig3);
@@ -142,16 +161,17 @@ impl Model {
         }
     }
 
-    /// Calls `f(t, c, begin, end, strand)` for every exon label's boundaries at base `t`, as
-    /// `(signal, anchor)` on that strand's reading order or `None` for `-inf`.
+    /// Calls `f(t, c, begin, end, strand)` for every exon label's boundaries at the bases
+    /// `rows`, as `(signal, anchor)` on that strand's reading order or `None` for `-inf`.
     #[allow(clippy::type_complexity)]
-    fn for_boundaries(
+    pub(super) fn for_boundaries(
         &self,
         p: &Prepared,
+        rows: Range<usize>,
         mut f: impl FnMut(usize, usize, Option<(Signal, usize)>, Option<(Signal, usize)>, Strand),
     ) {
         let t_len = p.t;
-        for t in 0..t_len {
+        for t in rows {
             let i = t_len - 1 - t;
             for ty in ExonType::ALL {
                 for fr in 0..3usize {
@@ -180,19 +200,9 @@ impl Model {
         }
     }
 
-    /// The potentials of a prepared sequence.
-    pub fn potentials<F: Scalar>(&self, p: &Prepared) -> Potentials<F> {
-        let t_len = p.len();
+    /// The shared parameters of every sequence's potentials.
+    pub fn shared<F: Scalar>(&self) -> Shared<F> {
         let lift = F::from_f64_lossy;
-        let mut scores = Array3::<F>::zeros((1, t_len, C));
-        self.for_scores(p, |t, c, v| scores[[0, t, c]] = lift(v));
-        let mut bb = Array3::<F>::zeros((1, t_len, C));
-        let mut eb = Array3::<F>::zeros((1, t_len, C));
-        self.for_boundaries(p, |t, c, b, e, s| {
-            let x = &p.strand(s).x;
-            bb[[0, t, c]] = lift(b.map_or(NEG, |(sig, a)| self.signal(sig, x, a)));
-            eb[[0, t, c]] = lift(e.map_or(NEG, |(sig, a)| self.signal(sig, x, a)));
-        });
         let l = &self.layout;
         let transition = Array2::from_shape_fn((C, C), |(i, j)| {
             lift(l.transition_param(i, j).map_or(NEG, |n| self.w[n]))
@@ -218,6 +228,42 @@ impl Model {
                 _ => NEG,
             })
         });
+        Shared {
+            transition,
+            duration,
+            start,
+            end,
+        }
+    }
+
+    /// The score of a window of `s` at `anchor` of strand `st`'s bases, `-inf` without one.
+    pub(super) fn signal_or_neg(
+        &self,
+        p: &Prepared,
+        st: Strand,
+        w: Option<(Signal, usize)>,
+    ) -> f64 {
+        w.map_or(NEG, |(sig, a)| self.signal(sig, &p.strand(st).x, a))
+    }
+
+    /// The potentials of a prepared sequence.
+    pub fn potentials<F: Scalar>(&self, p: &Prepared) -> Potentials<F> {
+        let t_len = p.len();
+        let lift = F::from_f64_lossy;
+        let mut scores = Array3::<F>::zeros((1, t_len, C));
+        self.for_scores(p, 0..t_len, |t, c, v| scores[[0, t, c]] = lift(v));
+        let mut bb = Array3::<F>::zeros((1, t_len, C));
+        let mut eb = Array3::<F>::zeros((1, t_len, C));
+        self.for_boundaries(p, 0..t_len, |t, c, b, e, s| {
+            bb[[0, t, c]] = lift(self.signal_or_neg(p, s, b));
+            eb[[0, t, c]] = lift(self.signal_or_neg(p, s, e));
+        });
+        let Shared {
+            transition,
+            duration,
+            start,
+            end,
+        } = self.shared();
         Potentials {
             scores,
             begin_boundary: bb,
@@ -253,10 +299,10 @@ impl Model {
             let row = d_scores.row(t);
             let g = row[Label::Intergenic.index()] + row[Label::IntergenicMore.index()];
             if g != 0.0 {
-                out[l.ig6 + p.plus.c6[t] as usize] += g;
-                out[l.ig3 + p.plus.c3[t] as usize] += g;
-                out[l.ig6 + p.minus.c6[i] as usize] += g;
-                out[l.ig3 + p.minus.c3[i] as usize] += g;
+                out[l.ig6 + p.plus.c6(t) as usize] += g;
+                out[l.ig3 + p.plus.c3(t) as usize] += g;
+                out[l.ig6 + p.minus.c6(i) as usize] += g;
+                out[l.ig3 + p.minus.c3(i) as usize] += g;
             }
             for (s, o, pos) in [(Strand::Plus, &p.plus, t), (Strand::Minus, &p.minus, i)] {
                 let mut g = 0.0;
@@ -267,8 +313,8 @@ impl Model {
                     g += row[Label::IntronMore(s, a).index()];
                 }
                 if g != 0.0 {
-                    out[l.int6 + o.c6[pos] as usize] += g;
-                    out[l.int3 + o.c3[pos] as usize] += g;
+                    out[l.int6 + o.c6(pos) as usize] += g;
+                    out[l.int3 + o.c3(pos) as usize] += g;
                 }
                 for fr in 0..3usize {
                     let cp = codon_position(s, t, fr);
@@ -277,13 +323,13 @@ impl Model {
                         .map(|&ty| row[Label::Exon(s, ty, fr as u8).index()])
                         .sum();
                     if g != 0.0 && g.is_finite() {
-                        out[l.cod6 + cp * HEXAMER_SLOTS + o.c6[pos] as usize] += g;
-                        out[l.cod3 + cp * TRIMER_SLOTS + o.c3[pos] as usize] += g;
+                        out[l.cod6 + cp * HEXAMER_SLOTS + o.c6(pos) as usize] += g;
+                        out[l.cod3 + cp * TRIMER_SLOTS + o.c3(pos) as usize] += g;
                     }
                 }
             }
         }
-        self.for_boundaries(p, |t, c, b, e, s| {
+        self.for_boundaries(p, 0..t_len, |t, c, b, e, s| {
             let x = &p.strand(s).x;
             for (sig, g) in [(b, d_begin[[t, c]]), (e, d_end[[t, c]])] {
                 if let Some((sig, a)) = sig
@@ -437,9 +483,9 @@ mod tests {
                         let o = [&p.plus, &p.minus][rng.random_range(0..2)];
                         let at = rng.random_range(0..t_len);
                         (if len == HEXAMER_SLOTS {
-                            o.c6[at]
+                            o.c6(at)
                         } else {
-                            o.c3[at]
+                            o.c3(at)
                         }) as usize
                     })
                     .collect();

@@ -10,17 +10,39 @@ use super::layout::{HEXAMER, TRIMER};
 pub(super) struct Oriented {
     /// Coded bases, in this strand's reading order.
     pub(super) x: Vec<u8>,
-    /// The code of the hexamer ending at each base (`dna::contexts`).
-    pub(super) c6: Vec<u32>,
-    /// The code of the trimer ending at each base.
-    pub(super) c3: Vec<u32>,
+    /// The code of the hexamer ending at each base (`dna::contexts`); empty when they are
+    /// computed as they are read ([`Prepared::lean`]).
+    c6: Vec<u32>,
+    /// The code of the trimer ending at each base; empty likewise.
+    c3: Vec<u32>,
 }
 
 impl Oriented {
-    fn new(x: Vec<u8>) -> Oriented {
-        let c6 = dna::contexts(&x, HEXAMER);
-        let c3 = dna::contexts(&x, TRIMER);
+    fn new(x: Vec<u8>, lean: bool) -> Oriented {
+        let (c6, c3) = if lean {
+            (Vec::new(), Vec::new())
+        } else {
+            (dna::contexts(&x, HEXAMER), dna::contexts(&x, TRIMER))
+        };
         Oriented { x, c6, c3 }
+    }
+
+    /// The code of the hexamer ending at base `i`.
+    #[inline]
+    pub(super) fn c6(&self, i: usize) -> u32 {
+        match self.c6.get(i) {
+            Some(&c) => c,
+            None => dna::context_at(&self.x, i, HEXAMER),
+        }
+    }
+
+    /// The code of the trimer ending at base `i`.
+    #[inline]
+    pub(super) fn c3(&self, i: usize) -> u32 {
+        match self.c3.get(i) {
+            Some(&c) => c,
+            None => dna::context_at(&self.x, i, TRIMER),
+        }
     }
 }
 
@@ -35,12 +57,23 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// Prepares coded bases.
+    /// Prepares coded bases, with every base's contexts tabulated (18 bytes a base: for
+    /// training, which reads them over and over).
     pub fn new(seq: &[u8]) -> Prepared {
         Prepared {
             t: seq.len(),
-            plus: Oriented::new(seq.to_vec()),
-            minus: Oriented::new(dna::reverse_complement(seq)),
+            plus: Oriented::new(seq.to_vec(), false),
+            minus: Oriented::new(dna::reverse_complement(seq), false),
+        }
+    }
+
+    /// Prepares coded bases with their contexts computed as they are read (2 bytes a base:
+    /// for decoding long sequences); the potentials are bitwise those of [`Prepared::new`].
+    pub fn lean(seq: &[u8]) -> Prepared {
+        Prepared {
+            t: seq.len(),
+            plus: Oriented::new(seq.to_vec(), true),
+            minus: Oriented::new(dna::reverse_complement(seq), true),
         }
     }
     /// `T`.

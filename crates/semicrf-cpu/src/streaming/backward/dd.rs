@@ -3,7 +3,7 @@
 use semicrf_core::{LogSemiring, Scalar};
 use semicrf_semiring::kernels::lse_add;
 
-use super::{Common, Here, NEG, Outside, Partials};
+use super::{Common, Here, NEG, Outside, Partials, Rows};
 use crate::streaming::input::SeqIn;
 use crate::streaming::params::Params;
 
@@ -21,24 +21,24 @@ pub(crate) struct DdBwd {
 
 impl DdBwd {
     /// From `cover` (zero for `d > maxd`), records the segments starting at `s` in the
-    /// position marginals' differences (`+` at `s`, `-` at `s+d`) and sets `bgn`.
-    fn cover_positions(&mut self, s: usize, maxd: usize, pos: &mut [f64]) {
-        let (c, len) = (self.cm.c, self.cm.len);
+    /// position marginals' differences (`+` at their last position `s+d-1`, `-` at `s-1`,
+    /// see [`super::emit`]) and sets `bgn`.
+    fn cover_positions(&mut self, s: usize, maxd: usize, pos: &mut Rows) {
+        let c = self.cm.c;
         self.cm.bgn.fill(0.0);
         for d in 0..maxd {
             let mu = &self.cover[d * c..(d + 1) * c];
+            let out = pos.diff(s + d);
             for j in 0..c {
                 self.cm.bgn[j] += mu[j];
-            }
-            if s + d + 1 < len {
-                let out = &mut pos[(s + d + 1) * c..(s + d + 2) * c];
-                for j in 0..c {
-                    out[j] -= mu[j];
-                }
+                out[j] += mu[j];
             }
         }
-        for j in 0..c {
-            pos[s * c + j] += self.cm.bgn[j];
+        if s > 0 {
+            let out = pos.diff(s - 1);
+            for j in 0..c {
+                out[j] -= self.cm.bgn[j];
+            }
         }
     }
 }
@@ -87,7 +87,7 @@ impl Outside for DdBwd {
         _shared: &(),
         log_z: f64,
         parts: &mut Partials,
-        pos: &mut [f64],
+        pos: &mut Rows,
     ) {
         let (k, c, len, s) = (self.cm.k, self.cm.c, self.cm.len, at.s);
         let wring = &mut self.wring;

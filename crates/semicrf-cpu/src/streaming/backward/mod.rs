@@ -7,9 +7,10 @@
 //! `Σ_s exp(α_s(i) + transition[i, j] + γ_s(j) - log Z)`, begin boundary
 //! `exp(u_s + γ_s - log Z)`, end boundary `exp(α_e + β_e - log Z)`, and the position
 //! marginals (the gradient of the scores) `Σ_{s ≤ t < s+d} μ(s, d, c)`, kept as differences
-//! (each segment marginal added at its start and subtracted, as the very same number, after
-//! its end) and summed once at the end, so only summation rounding remains (no drift with
-//! `T`).
+//! (each segment marginal added at its last position, the marginals of the segments that
+//! start at `s` subtracted at `s - 1`) and summed as suffix sums as the rows finish, `K`
+//! positions behind the pass ([`emit`]), so only summation rounding remains (no drift with
+//! `T`) and the rows leave in chunks, last rows first.
 //!
 //! With a static transition the steps run in the linear domain, like the forward: the ring
 //! of `w` is a [`LinearRing`] and the transition step a dot product with the rows of a
@@ -30,9 +31,10 @@
 //! would not overflow.)
 
 mod dd;
+mod emit;
 mod statics;
 
-use semicrf_core::{ByteCount, LogSemiring, Scalar};
+use semicrf_core::{ByteCount, GradientRows, LogSemiring, Result, Scalar};
 
 use super::forward::Forward;
 use super::input::SeqIn;
@@ -40,6 +42,8 @@ use super::params::Params;
 use super::prefix::ANCHOR_MIN;
 
 pub(crate) use dd::DdBwd;
+use emit::Emitter;
+pub(crate) use emit::Rows;
 pub(crate) use statics::StaticBwd;
 
 pub(super) const NEG: f64 = f64::NEG_INFINITY;
@@ -47,16 +51,12 @@ pub(super) const NEG: f64 = f64::NEG_INFINITY;
 /// path is used.
 pub(super) const MAX_ARG: f64 = 700.0;
 
-/// Per-sequence gradient outputs (rows of the batch outputs).
+/// Where the per-position outputs of one sequence go: rows delivered `rows` at a time, last
+/// rows first, with the boundary gradients when the input has them.
 pub(crate) struct SeqOut<'o> {
-    /// `(T, C)` rows: `g ×` position marginals.
-    pub scores: &'o mut [f64],
-    /// `(T, C)` rows: `g ×` P(segment of label c starts at t), if wanted.
-    pub bb: Option<&'o mut [f64]>,
-    /// `(T, C)` rows: `g ×` P(segment of label c ends at t), if wanted.
-    pub eb: Option<&'o mut [f64]>,
-    /// `(T)`: unscaled boundary marginals.
-    pub bm: &'o mut [f64],
+    pub rows: usize,
+    pub boundaries: [bool; 2],
+    pub sink: &'o mut (dyn FnMut(usize, GradientRows<'_>) -> Result<()> + Send),
 }
 
 /// Shared-parameter gradients of one sequence, unscaled, in the layouts of [`Params`].
@@ -105,11 +105,11 @@ pub(crate) trait Outside: Sized + Send {
         shared: &Self::Shared,
         log_z: f64,
         parts: &mut Partials,
-        pos: &mut [f64],
+        pos: &mut Rows,
     );
     /// After the last step (`s = 0`): anything the state still holds for the position
     /// marginals' differences goes into them.
-    fn finish(&mut self, _pos: &mut [f64]) {}
+    fn finish(&mut self, _pos: &mut Rows) {}
     fn common(&self) -> &Common;
 }
 
@@ -253,8 +253,11 @@ pub(crate) fn interval(delta: usize, len: usize) -> usize {
 
 /// Bytes of the checkpointed backward of one sequence of padded length `t` with interval
 /// `delta`, besides the forward state: checkpoints, interval buffers (twice with
-/// `pipeline`), the outside state and `partials` words of partial sums. Terms in `K` and `C`
-/// alone are plain products (the caller has bounded them); those with `T` are checked.
+/// `pipeline`), the outside state, the ring of unfinished output rows, an output chunk of
+/// `rows` rows of `tensors` position tensors, and `partials` words of partial sums. Terms in
+/// `K` and `C` alone are plain products (the caller has bounded them); those with `T` are
+/// checked.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn bytes<Fw: Forward<LogSemiring>, Bw: Outside>(
     k: usize,
     c: usize,
@@ -262,31 +265,38 @@ pub(crate) fn bytes<Fw: Forward<LogSemiring>, Bw: Outside>(
     delta: usize,
     pipeline: bool,
     partials: usize,
+    rows: usize,
+    tensors: usize,
 ) -> ByteCount {
     let delta = interval(delta, t);
     let n = t.saturating_add(1).div_ceil(delta);
     let checkpoints = ByteCount::f64s(&[n, Fw::saved_words(k, c) + c]);
     let bufs = ByteCount::f64s(&[if pipeline { 6 } else { 3 }, delta, c]);
-    checkpoints + bufs + ByteCount::f64s(&[Bw::words(k, c) + partials + k * c + 2 * c])
+    let out =
+        ByteCount::f64s(&[Rows::words(k, c) + Emitter::words(rows.min(t.max(1)), c, tensors)]);
+    checkpoints + bufs + out + ByteCount::f64s(&[Bw::words(k, c) + partials + k * c + 2 * c])
 }
 
-/// Forward and backward of one sequence with checkpoints every `delta` positions; writes the
-/// per-sequence outputs (scaled by `g`) and returns `(log Z, partials)`; partials are not
-/// scaled. With `pipeline`, the recomputation of each interval runs on another thread while
-/// `β` runs through the interval after it. Returns `log Z = -inf` and zero partials without
-/// touching the outputs when the sequence is infeasible.
+/// Forward and backward of one sequence with checkpoints every `delta` positions; delivers
+/// the per-position outputs (scaled by `g`) to `out` and returns `(log Z, partials)`;
+/// partials are not scaled. `up` reads the first pass (and checks the rows, for a source)
+/// and the recomputed intervals, `down` the outside pass. With `pipeline`, the
+/// recomputation of each interval runs on another thread while `β` runs through the
+/// interval after it. Returns `log Z = -inf` and zero partials without delivering anything
+/// when the sequence is infeasible.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn backward<Fw: Forward<LogSemiring>, Bw: Outside, F: Scalar>(
-    seq: &SeqIn<'_, F>,
+    mut up: SeqIn<'_, F>,
+    mut down: SeqIn<'_, F>,
     par: &Params<LogSemiring>,
     shared: &Bw::Shared,
     delta: usize,
     g: f64,
     out: SeqOut<'_>,
     pipeline: bool,
-) -> (f64, Partials) {
+) -> Result<(f64, Partials)> {
     let (k, c) = (par.k, par.c);
-    let len = seq.len;
+    let len = up.len;
     let delta = interval(delta, len);
     let n_int = (len + 1).div_ceil(delta);
     let mut parts = Partials {
@@ -315,27 +325,24 @@ pub(crate) fn backward<Fw: Forward<LogSemiring>, Bw: Outside, F: Scalar>(
             );
         }
         if p >= last0 {
-            cur.record((p - last0) * c, &mut f, p, seq, par);
+            cur.record((p - last0) * c, &mut f, p, &up, par);
         } else {
-            f.step(p, seq, par);
+            f.step(p, &up, par);
         }
     }
+    up.verify(true)?;
     let log_z = f.total(par);
     if log_z == NEG {
-        return (log_z, parts);
+        return Ok((log_z, parts));
     }
     // Pass 2: intervals from last to first: β runs down through interval n while the forward
     // quantities of interval n-1 are recomputed from its checkpoint (concurrently when
     // `pipeline`, which needs a second set of interval buffers; the results are the same).
     let mut bw = Bw::new(par, len);
-    let SeqOut {
-        scores: pos_out,
-        mut bb,
-        mut eb,
-        bm,
-    } = out;
+    let mut rows = Rows::new(k, c);
+    let mut emit = Emitter::new(c, g, out.rows.min(len), out.boundaries, out.sink);
     let mut next = IntervalBufs::new(if pipeline && n_int > 1 { delta * c } else { 0 }, with_u);
-    let recompute = |f: &mut Fw, n: usize, bufs: &mut IntervalBufs| {
+    let recompute = |f: &mut Fw, seq: &SeqIn<'_, F>, n: usize, bufs: &mut IntervalBufs| {
         let p0 = n * delta;
         let p1 = ((n + 1) * delta).min(len + 1);
         f.restore(
@@ -350,7 +357,7 @@ pub(crate) fn backward<Fw: Forward<LogSemiring>, Bw: Outside, F: Scalar>(
     for n in (0..n_int).rev() {
         let p0 = n * delta;
         let p1 = ((n + 1) * delta).min(len + 1);
-        let mut run_beta = |bufs: &IntervalBufs| {
+        let mut run_beta = |bufs: &IntervalBufs, seq: &SeqIn<'_, F>| {
             for s in (p0..p1).rev() {
                 let r = (s - p0) * c;
                 let at = Here {
@@ -365,49 +372,42 @@ pub(crate) fn backward<Fw: Forward<LogSemiring>, Bw: Outside, F: Scalar>(
                 };
                 if s == len {
                     bw.init(&at, seq, par, log_z, &mut parts);
-                    if let Some(eb) = eb.as_deref_mut() {
-                        for j in 0..c {
-                            eb[(len - 1) * c + j] = g * bw.common().endm[j];
-                        }
-                    }
+                    rows.set_end(len - 1, &bw.common().endm);
                     continue;
                 }
-                bw.step(&at, seq, par, shared, log_z, &mut parts, pos_out);
+                bw.step(&at, seq, par, shared, log_z, &mut parts, &mut rows);
                 let cm = bw.common();
-                bm[s] = cm.bgn.iter().sum();
-                if let Some(bb) = bb.as_deref_mut() {
-                    for j in 0..c {
-                        bb[s * c + j] = g * cm.bgn[j];
-                    }
+                rows.set_begin(s, &cm.bgn);
+                if s > 0 {
+                    rows.set_end(s - 1, &cm.endm);
                 }
-                if let (true, Some(eb)) = (s > 0, eb.as_deref_mut()) {
-                    for j in 0..c {
-                        eb[(s - 1) * c + j] = g * cm.endm[j];
-                    }
+                if s + k < len {
+                    emit.take(s + k, &mut rows);
                 }
             }
         };
         if n == 0 {
-            run_beta(&cur);
+            run_beta(&cur, &down);
         } else if pipeline {
-            let fref = &mut f;
-            let next_ref = &mut next;
-            rayon::join(|| recompute(fref, n - 1, next_ref), || run_beta(&cur));
+            let (fref, next_ref, upr, downr) = (&mut f, &mut next, &mut up, &mut down);
+            let (cur_ref, rc, rb) = (&cur, &recompute, &mut run_beta);
+            // `move`: each side owns its reader (`&mut`), which is not shared across threads.
+            rayon::join(
+                move || rc(fref, upr, n - 1, next_ref),
+                move || rb(cur_ref, downr),
+            );
             std::mem::swap(&mut cur, &mut next);
         } else {
-            run_beta(&cur);
-            recompute(&mut f, n - 1, &mut cur);
+            run_beta(&cur, &down);
+            recompute(&mut f, &up, n - 1, &mut cur);
         }
     }
-    bw.finish(pos_out);
-    // Position marginals: prefix sums of the differences, scaled by g.
-    let mut run = vec![0.0; c];
-    for t in 0..len {
-        let row = &mut pos_out[t * c..(t + 1) * c];
-        for j in 0..c {
-            run[j] += row[j];
-            row[j] = g * run[j];
-        }
+    bw.finish(&mut rows);
+    for e in (0..len.min(k)).rev() {
+        emit.take(e, &mut rows);
     }
-    (log_z, parts)
+    up.verify(false)?;
+    down.verify(false)?;
+    emit.finish()?;
+    Ok((log_z, parts))
 }

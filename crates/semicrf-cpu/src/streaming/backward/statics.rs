@@ -6,7 +6,7 @@ use semicrf_core::{LogSemiring, Scalar};
 use semicrf_semiring::kernels::{dot, exp_in_place, ln_in_place, lse_add, max_of};
 use semicrf_semiring::{Lag, LinearMatrix, LinearRing, LinearWeights, Matrix, Ring};
 
-use super::{Common, Here, MAX_ARG, NEG, Outside, Partials};
+use super::{Common, Here, MAX_ARG, NEG, Outside, Partials, Rows};
 use crate::streaming::input::SeqIn;
 use crate::streaming::params::Params;
 
@@ -14,10 +14,11 @@ use crate::streaming::params::Params;
 pub(crate) struct StaticBwd {
     cm: Common,
     ring: LinearRing,
-    /// Pending subtractions from the position marginals' differences, label-major and
-    /// doubled like a ring (`ends[j*2K + e mod K]` and `+ K`): the segments that start at `s`
-    /// end at `s+1 ..= s+K`, one contiguous slice per label; a position is flushed into the
-    /// output once no later step can reach it (see [`StaticBwd::flush`]).
+    /// Pending sums for the position marginals' differences at segments' last positions,
+    /// label-major and doubled like a ring (`ends[j*2K + e mod K]` and `+ K`): the segments
+    /// that start at `s` end at `s ..= s+K-1`, one contiguous slice per label; a position is
+    /// flushed into the differences once no later step can reach it (see
+    /// [`StaticBwd::flush`]).
     ends: Vec<f64>,
     gamma: Vec<f64>,
     first: Vec<usize>,
@@ -31,20 +32,21 @@ pub(crate) struct StaticBwd {
 }
 
 impl StaticBwd {
-    /// Moves the pending subtractions of position `e` (both copies of its slot) into the
-    /// position marginals' differences.
-    fn flush(&mut self, e: usize, pos: &mut [f64]) {
+    /// Moves the pending sums of position `e` (both copies of its slot) into the position
+    /// marginals' differences.
+    fn flush(&mut self, e: usize, pos: &mut Rows) {
         let (k, c) = (self.cm.k, self.cm.c);
         if e >= self.cm.len {
             return;
         }
         let slot = e % k;
+        let row = pos.diff(e);
         for j in 0..c {
             let a = j * 2 * k + slot;
             let v = self.ends[a] + self.ends[a + k];
             self.ends[a] = 0.0;
             self.ends[a + k] = 0.0;
-            pos[e * c + j] -= v;
+            row[j] += v;
         }
     }
 
@@ -62,7 +64,7 @@ impl StaticBwd {
         log_z: f64,
         parts: &mut Partials,
     ) {
-        let (k, len) = (self.cm.k, self.cm.len);
+        let k = self.cm.k;
         let buf = &mut self.buf[..n];
         let (l, m, _) = lse_add(self.ring.log_window(j, s + 1, n), w.raw(j, n), buf);
         if m == NEG {
@@ -78,9 +80,7 @@ impl StaticBwd {
                 let mu = buf[d] * scale;
                 dg[d] += mu;
                 tot += mu;
-                if s + d + 1 < len {
-                    self.ends[off + d] += mu;
-                }
+                self.ends[off + d] += mu;
             }
             self.cm.bgn[j] = tot;
         }
@@ -174,14 +174,14 @@ impl Outside for StaticBwd {
         shared: &Self::Shared,
         log_z: f64,
         parts: &mut Partials,
-        pos: &mut [f64],
+        pos: &mut Rows,
     ) {
         let (k, c, len, s) = (self.cm.k, self.cm.c, self.cm.len, at.s);
         let (w, rows) = shared;
-        // The slot of position s+1 in the ring of pending position-marginal subtractions.
-        let eslot = (s + 1) % k;
-        // No step from here down reaches position s+K+1 any more.
-        self.flush(s + k + 1, pos);
+        // The slot of position s in the ring of pending position-marginal sums.
+        let eslot = s % k;
+        // No step from here down reaches position s+K any more.
+        self.flush(s + k, pos);
         let ring = &mut self.ring;
         self.cm.see_scores(s, at.pref, seq, |j, d| ring.shift(j, d));
         seq.bb_row(s, &mut self.cm.row);
@@ -230,24 +230,23 @@ impl Outside for StaticBwd {
                 let dl = w.linear(j, n);
                 let lin = self.ring.linear_window(j, s + 1, n);
                 let dg = &mut parts.dur[j * k..j * k + n];
-                // A segment of duration d+1 covers s..s+d+1: it leaves the position
-                // marginals (kept as differences until the end) at s+d+1, through the ring.
-                let m = n.min(len - s - 1);
+                // A segment of duration d+1 covers s..=s+d: its marginal enters the position
+                // marginals' differences at its last position s+d, through the ring.
                 let off = j * 2 * k + eslot;
-                let ends = &mut self.ends[off..off + m];
-                for d in 0..m {
+                let ends = &mut self.ends[off..off + n];
+                for d in 0..n {
                     let mu = f * (lin[d] * dl[d]);
                     dg[d] += mu;
                     ends[d] += mu;
                 }
-                for d in m..n {
-                    dg[d] += f * (lin[d] * dl[d]);
-                }
                 self.cm.bgn[j] = f * self.sums[j];
             }
         }
-        for j in 0..c {
-            pos[s * c + j] += self.cm.bgn[j];
+        if s > 0 {
+            let row = pos.diff(s - 1);
+            for j in 0..c {
+                row[j] -= self.cm.bgn[j];
+            }
         }
         if s == 0 {
             for j in 0..c {
@@ -302,8 +301,8 @@ impl Outside for StaticBwd {
         self.ring.push(s, &self.cm.row2);
     }
 
-    fn finish(&mut self, pos: &mut [f64]) {
-        for e in 1..=self.cm.k {
+    fn finish(&mut self, pos: &mut Rows) {
+        for e in 0..self.cm.k {
             self.flush(e, pos);
         }
     }

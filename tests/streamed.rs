@@ -1,0 +1,65 @@
+//! The facade's entry points for streamed problems: the same results as the array entry
+//! points on the same values, and clear errors where a source cannot be taken.
+
+use semicrf::ndarray::{Array2, Array3};
+use semicrf::{
+    Backend, Config, Device, Error, GradientArrays, Potentials, SemiCrf, StreamedPotentials,
+};
+
+fn arrays() -> (Array3<f64>, Array2<f64>, Vec<usize>) {
+    let scores = Array3::from_shape_fn((2, 30, 3), |(b, t, c)| {
+        ((b + 3 * t + 7 * c) % 5) as f64 - 2.0
+    });
+    let tr = Array2::from_shape_fn((3, 3), |(i, j)| if i == j { -1.0 } else { 0.5 });
+    (scores, tr, vec![30, 21])
+}
+
+#[test]
+fn streamed_entry_points_give_the_results_of_the_array_entry_points() {
+    let (scores, tr, lengths) = arrays();
+    let p = Potentials::builder(scores.view(), &lengths, 4)
+        .transition(tr.view())
+        .build()
+        .unwrap();
+    let s = StreamedPotentials::of(&p);
+    let crf = SemiCrf::new();
+    assert_eq!(
+        crf.log_partition_streamed(&s).unwrap(),
+        crf.log_partition(&p).unwrap()
+    );
+    assert_eq!(crf.entropy_streamed(&s).unwrap(), crf.entropy(&p).unwrap());
+    assert_eq!(crf.viterbi_streamed(&s).unwrap(), crf.viterbi(&p).unwrap());
+    let sink = GradientArrays::new(s.shape(), false, false);
+    let bw = crf.backward_streamed(&s, &[1.0, 0.5], &sink).unwrap();
+    let want = crf.backward(&p, Some(&[1.0, 0.5])).unwrap();
+    let (scores_grad, _, _, bm) = sink.into_arrays();
+    assert_eq!(bw.log_z, want.log_z);
+    assert_eq!(Some(scores_grad), want.grad.scores);
+    assert_eq!(bm, want.boundary_marginals);
+    assert_eq!(bw.grad.transition, want.grad.transition);
+}
+
+#[test]
+fn a_source_on_another_backend_or_beyond_the_budget_is_a_clear_error() {
+    let (scores, tr, lengths) = arrays();
+    let p = Potentials::builder(scores.view(), &lengths, 4)
+        .transition(tr.view())
+        .build()
+        .unwrap();
+    let s = StreamedPotentials::of(&p);
+    let exact = SemiCrf::with_config(Config::new().backend(Backend::Exact));
+    assert!(matches!(
+        exact.log_partition_streamed(&s),
+        Err(Error::Unsupported { .. })
+    ));
+    let cuda = SemiCrf::with_config(Config::new().device(Device::Cuda(0)));
+    assert!(matches!(
+        cuda.viterbi_streamed(&s),
+        Err(Error::Unsupported { .. })
+    ));
+    let tiny = SemiCrf::with_config(Config::new().memory_budget(64));
+    assert!(matches!(
+        tiny.viterbi_streamed(&s),
+        Err(Error::MemoryBudget { .. })
+    ));
+}
