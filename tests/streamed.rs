@@ -2,9 +2,9 @@
 //! points on the same values, and clear errors where a source cannot be taken.
 
 use semicrf::ndarray::{Array2, Array3};
-use semicrf::{
-    Backend, Config, Device, Error, GradientArrays, Potentials, SemiCrf, StreamedPotentials,
-};
+#[cfg(feature = "cpu")]
+use semicrf::{Backend, Config, Device, GradientArrays};
+use semicrf::{Error, Potentials, SemiCrf, StreamedPotentials};
 
 fn arrays() -> (Array3<f64>, Array2<f64>, Vec<usize>) {
     let scores = Array3::from_shape_fn((2, 30, 3), |(b, t, c)| {
@@ -14,6 +14,7 @@ fn arrays() -> (Array3<f64>, Array2<f64>, Vec<usize>) {
     (scores, tr, vec![30, 21])
 }
 
+#[cfg(feature = "cpu")]
 #[test]
 fn streamed_entry_points_give_the_results_of_the_array_entry_points() {
     let (scores, tr, lengths) = arrays();
@@ -39,6 +40,7 @@ fn streamed_entry_points_give_the_results_of_the_array_entry_points() {
     assert_eq!(bw.grad.transition, want.grad.transition);
 }
 
+#[cfg(feature = "cpu")]
 #[test]
 fn a_source_on_another_backend_or_beyond_the_budget_is_a_clear_error() {
     let (scores, tr, lengths) = arrays();
@@ -62,4 +64,20 @@ fn a_source_on_another_backend_or_beyond_the_budget_is_a_clear_error() {
         tiny.viterbi_streamed(&s),
         Err(Error::MemoryBudget { .. })
     ));
+}
+
+/// Built without the CPU engines, a streamed problem is refused with the reason.
+#[cfg(not(feature = "cpu"))]
+#[test]
+fn without_the_cpu_engines_a_source_is_a_clear_error() {
+    let (scores, tr, lengths) = arrays();
+    let p = Potentials::builder(scores.view(), &lengths, 4)
+        .transition(tr.view())
+        .build()
+        .unwrap();
+    let s = StreamedPotentials::of(&p);
+    match SemiCrf::new().log_partition_streamed(&s) {
+        Err(Error::BackendUnavailable { reason, .. }) => assert!(reason.contains("`cpu`")),
+        other => panic!("{other:?}"),
+    }
 }
