@@ -167,31 +167,8 @@ impl<'a, F: Scalar> PotentialsBuilder<'a, F> {
         }
         check_lengths(self.lengths, b, t)?;
         let shape = Shape::new(b, t, k, c);
-        let transition = match self.transition {
-            None => None,
-            Some(v) => Some(match v.ndim() {
-                2 => {
-                    let v: ArrayView2<F> = fixed_rank(v, "transition", "2 or 3")?;
-                    expect_shape("transition", v.shape(), &[c, c], "(C, C)")?;
-                    Transition::Static(v)
-                }
-                3 => {
-                    let v: ArrayView3<F> = fixed_rank(v, "transition", "2 or 3")?;
-                    expect_shape("transition", v.shape(), &[k, c, c], "(K, C, C)")?;
-                    Transition::DurationDependent(v)
-                }
-                got => {
-                    return Err(Error::Rank {
-                        tensor: "transition",
-                        expected: "2 or 3".into(),
-                        got,
-                    });
-                }
-            }),
-        };
-        let duration = opt_view::<Ix2, F>(self.duration, "duration", "2", &[k, c], "(K, C)")?;
-        let start = opt_view::<Ix1, F>(self.start, "start", "1", &[c], "(C)")?;
-        let end = opt_view::<Ix1, F>(self.end, "end", "1", &[c], "(C)")?;
+        let (transition, duration, start, end) =
+            shared_views(self.transition, self.duration, self.start, self.end, k, c)?;
         let begin_boundary = opt_view::<Ix3, F>(
             self.begin_boundary,
             "begin_boundary",
@@ -208,20 +185,7 @@ impl<'a, F: Scalar> PotentialsBuilder<'a, F> {
         )?;
 
         check_values("scores", &scores)?;
-        match &transition {
-            Some(Transition::Static(v)) => check_values("transition", v)?,
-            Some(Transition::DurationDependent(v)) => check_values("transition", v)?,
-            None => {}
-        }
-        if let Some(v) = &duration {
-            check_values("duration", v)?;
-        }
-        if let Some(v) = &start {
-            check_values("start", v)?;
-        }
-        if let Some(v) = &end {
-            check_values("end", v)?;
-        }
+        check_shared_values(&transition, &duration, &start, &end)?;
         if let Some(v) = &begin_boundary {
             check_values("begin_boundary", v)?;
         }
@@ -588,6 +552,75 @@ impl<F: Scalar> OwnedPotentials<F> {
             max_duration: self.max_duration,
         }
     }
+}
+
+/// The shared parameters of a problem (model §2) as a builder holds them, each checked for
+/// rank and shape against `K` and `C`: transition `(C, C)` or `(K, C, C)`, duration `(K, C)`,
+/// start and end `(C)`. Their values are checked by [`check_shared_values`].
+#[allow(clippy::type_complexity)]
+pub(crate) fn shared_views<'a, F: Scalar>(
+    transition: Option<ArrayViewD<'a, F>>,
+    duration: Option<ArrayViewD<'a, F>>,
+    start: Option<ArrayViewD<'a, F>>,
+    end: Option<ArrayViewD<'a, F>>,
+    k: usize,
+    c: usize,
+) -> Result<(
+    Option<Transition<'a, F>>,
+    Option<ArrayView2<'a, F>>,
+    Option<ArrayView1<'a, F>>,
+    Option<ArrayView1<'a, F>>,
+)> {
+    let transition = match transition {
+        None => None,
+        Some(v) => Some(match v.ndim() {
+            2 => {
+                let v: ArrayView2<F> = fixed_rank(v, "transition", "2 or 3")?;
+                expect_shape("transition", v.shape(), &[c, c], "(C, C)")?;
+                Transition::Static(v)
+            }
+            3 => {
+                let v: ArrayView3<F> = fixed_rank(v, "transition", "2 or 3")?;
+                expect_shape("transition", v.shape(), &[k, c, c], "(K, C, C)")?;
+                Transition::DurationDependent(v)
+            }
+            got => {
+                return Err(Error::Rank {
+                    tensor: "transition",
+                    expected: "2 or 3".into(),
+                    got,
+                });
+            }
+        }),
+    };
+    let duration = opt_view::<Ix2, F>(duration, "duration", "2", &[k, c], "(K, C)")?;
+    let start = opt_view::<Ix1, F>(start, "start", "1", &[c], "(C)")?;
+    let end = opt_view::<Ix1, F>(end, "end", "1", &[c], "(C)")?;
+    Ok((transition, duration, start, end))
+}
+
+/// Rejects NaN and `+inf` in the shared parameters, in the order transition, duration,
+/// start, end.
+pub(crate) fn check_shared_values<F: Scalar>(
+    transition: &Option<Transition<'_, F>>,
+    duration: &Option<ArrayView2<'_, F>>,
+    start: &Option<ArrayView1<'_, F>>,
+    end: &Option<ArrayView1<'_, F>>,
+) -> Result<()> {
+    match transition {
+        Some(Transition::Static(v)) => check_values("transition", v)?,
+        Some(Transition::DurationDependent(v)) => check_values("transition", v)?,
+        None => {}
+    }
+    if let Some(v) = duration {
+        check_values("duration", v)?;
+    }
+    for (name, v) in [("start", start), ("end", end)] {
+        if let Some(v) = v {
+            check_values(name, v)?;
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn fixed_rank<'a, F, D: Dimension>(

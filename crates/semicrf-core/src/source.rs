@@ -3,9 +3,9 @@
 //! ([`StreamedPotentials`]) and the checks a source's rows go through ([`RowCheck`]).
 //! See the model page, §11.
 
-use ndarray::{ArrayView, ArrayView1, ArrayView2, ArrayViewD, Dimension, Ix1, Ix2};
+use ndarray::{ArrayView, ArrayView1, ArrayView2, ArrayViewD, Dimension};
 
-use crate::potentials::{check_values, expect_shape, fixed_rank, opt_view};
+use crate::potentials::{check_shared_values, shared_views};
 use crate::range::{self, Largest, Magnitude, SharedBound};
 use crate::{Error, Potentials, Result, Scalar, Shape, Transition};
 
@@ -288,32 +288,9 @@ impl<'a, F: Scalar, P: PotentialSource<F> + ?Sized> StreamedPotentialsBuilder<'a
                 max: t,
             });
         }
-        let transition = match self.transition {
-            None => None,
-            Some(v) if v.ndim() == 3 => {
-                let v: ndarray::ArrayView3<F> = fixed_rank(v, "transition", "2 or 3")?;
-                expect_shape("transition", v.shape(), &[k, c, c], "(K, C, C)")?;
-                check_values("transition", &v)?;
-                Some(Transition::DurationDependent(v))
-            }
-            Some(v) => {
-                let v: ArrayView2<F> = fixed_rank(v, "transition", "2 or 3")?;
-                expect_shape("transition", v.shape(), &[c, c], "(C, C)")?;
-                check_values("transition", &v)?;
-                Some(Transition::Static(v))
-            }
-        };
-        let duration = opt_view::<Ix2, F>(self.duration, "duration", "2", &[k, c], "(K, C)")?;
-        let start = opt_view::<Ix1, F>(self.start, "start", "1", &[c], "(C)")?;
-        let end = opt_view::<Ix1, F>(self.end, "end", "1", &[c], "(C)")?;
-        if let Some(v) = &duration {
-            check_values("duration", v)?;
-        }
-        for (name, v) in [("start", start), ("end", end)] {
-            if let Some(v) = v {
-                check_values(name, &v)?;
-            }
-        }
+        let (transition, duration, start, end) =
+            shared_views(self.transition, self.duration, self.start, self.end, k, c)?;
+        check_shared_values(&transition, &duration, &start, &end)?;
         let shared = SharedParams {
             transition,
             duration,
