@@ -306,6 +306,31 @@ pub fn median(xs: &mut [f64]) -> f64 {
     }
 }
 
+/// The command line of the timing binaries, `[--repeats N] [FLAG ...] [S1 S2 ...]`: the
+/// number of repeats (`repeats` when not given), whether each of `flags` was given, and the
+/// shapes' ids, upper-cased (S1–S7 when none is given). Panics with the usage on a bad
+/// `--repeats`.
+pub fn timing_args(repeats: usize, flags: &[&str]) -> (usize, Vec<bool>, Vec<String>) {
+    let (mut repeats, mut given, mut shapes) = (repeats, vec![false; flags.len()], Vec::new());
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--repeats" {
+            repeats = args
+                .next()
+                .and_then(|v| v.parse().ok())
+                .expect("--repeats takes an integer");
+        } else if let Some(i) = flags.iter().position(|f| *f == a) {
+            given[i] = true;
+        } else {
+            shapes.push(a.to_uppercase());
+        }
+    }
+    if shapes.is_empty() {
+        shapes = CANONICAL.iter().take(7).map(|c| c.id.to_string()).collect();
+    }
+    (repeats, given, shapes)
+}
+
 /// Runs `f` `repeats` times and returns each run's wall time in milliseconds.
 pub fn time_ms<R>(repeats: usize, mut f: impl FnMut() -> R) -> Vec<f64> {
     (0..repeats)

@@ -14,30 +14,13 @@
 //! (`SEMICRF_CUDA_FAST=0`) against those compiled for a label width.
 
 use semicrf::{AnyEngine, Engine, LogSemiring};
-use semicrf_bench::{CANONICAL, SEED, canonical, median, ones, problem, time_ms};
+use semicrf_bench::{SEED, canonical, median, ones, problem, time_ms};
 use semicrf_core::Problem;
 use semicrf_cpu::StreamingEngine;
 
 fn main() {
-    let mut repeats = 9usize;
-    let mut cpu = false;
-    let mut shapes = Vec::new();
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--repeats" => {
-                repeats = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--repeats takes an integer")
-            }
-            "--cpu" => cpu = true,
-            id => shapes.push(id.to_uppercase()),
-        }
-    }
-    if shapes.is_empty() {
-        shapes = CANONICAL.iter().take(7).map(|c| c.id.to_string()).collect();
-    }
+    let (repeats, given, shapes) = semicrf_bench::timing_args(9, &["--cpu"]);
+    let cpu = given[0];
     let gpu = semicrf_cuda::CudaEngine::usable_or_skip(0).expect("a usable GPU");
     let cuda = AnyEngine::Cuda(gpu);
     let host = AnyEngine::Streaming(StreamingEngine::new());

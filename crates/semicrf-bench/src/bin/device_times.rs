@@ -17,28 +17,12 @@
 //! `S1 (32, 64, 7, 9) rust backward_into 0.123 ms`.
 
 use ndarray::ArrayViewD;
-use semicrf_bench::{CANONICAL, SEED, canonical, median, ones, problem, time_ms};
+use semicrf_bench::{SEED, canonical, median, ones, problem, time_ms};
 use semicrf_cuda::cudarc::driver::CudaContext;
 use semicrf_cuda::{CudaEngine, DeviceArray, DeviceArrayMut, DeviceOutputs, DevicePotentials};
 
 fn main() {
-    let mut repeats = 21usize;
-    let mut shapes = Vec::new();
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--repeats" => {
-                repeats = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--repeats takes an integer")
-            }
-            id => shapes.push(id.to_uppercase()),
-        }
-    }
-    if shapes.is_empty() {
-        shapes = CANONICAL.iter().take(7).map(|c| c.id.to_string()).collect();
-    }
+    let (repeats, _, shapes) = semicrf_bench::timing_args(21, &[]);
     let engine = CudaEngine::usable_or_skip(0).expect("a usable GPU");
     let stream = CudaContext::new(0).expect("CUDA device 0").default_stream();
     for id in shapes {
