@@ -6,22 +6,39 @@ use semicrf::ndarray::{Array2, Array3};
 use semicrf::{Backend, Config, Device, GradientArrays};
 use semicrf::{Error, Potentials, SemiCrf, StreamedPotentials};
 
-fn arrays() -> (Array3<f64>, Array2<f64>, Vec<usize>) {
-    let scores = Array3::from_shape_fn((2, 30, 3), |(b, t, c)| {
-        ((b + 3 * t + 7 * c) % 5) as f64 - 2.0
-    });
-    let tr = Array2::from_shape_fn((3, 3), |(i, j)| if i == j { -1.0 } else { 0.5 });
-    (scores, tr, vec![30, 21])
+/// A small problem's arrays, which its potentials borrow.
+struct Arrays {
+    scores: Array3<f64>,
+    tr: Array2<f64>,
+    lengths: Vec<usize>,
+}
+
+impl Arrays {
+    fn new() -> Self {
+        let scores = Array3::from_shape_fn((2, 30, 3), |(b, t, c)| {
+            ((b + 3 * t + 7 * c) % 5) as f64 - 2.0
+        });
+        let tr = Array2::from_shape_fn((3, 3), |(i, j)| if i == j { -1.0 } else { 0.5 });
+        Arrays {
+            scores,
+            tr,
+            lengths: vec![30, 21],
+        }
+    }
+
+    fn potentials(&self) -> Potentials<'_, f64> {
+        Potentials::builder(self.scores.view(), &self.lengths, 4)
+            .transition(self.tr.view())
+            .build()
+            .unwrap()
+    }
 }
 
 #[cfg(feature = "cpu")]
 #[test]
 fn streamed_entry_points_give_the_results_of_the_array_entry_points() {
-    let (scores, tr, lengths) = arrays();
-    let p = Potentials::builder(scores.view(), &lengths, 4)
-        .transition(tr.view())
-        .build()
-        .unwrap();
+    let arrays = Arrays::new();
+    let p = arrays.potentials();
     let s = StreamedPotentials::of(&p);
     let crf = SemiCrf::new();
     assert_eq!(
@@ -43,11 +60,8 @@ fn streamed_entry_points_give_the_results_of_the_array_entry_points() {
 #[cfg(feature = "cpu")]
 #[test]
 fn a_source_on_another_backend_or_beyond_the_budget_is_a_clear_error() {
-    let (scores, tr, lengths) = arrays();
-    let p = Potentials::builder(scores.view(), &lengths, 4)
-        .transition(tr.view())
-        .build()
-        .unwrap();
+    let arrays = Arrays::new();
+    let p = arrays.potentials();
     let s = StreamedPotentials::of(&p);
     let exact = SemiCrf::with_config(Config::new().backend(Backend::Exact));
     assert!(matches!(
@@ -70,11 +84,8 @@ fn a_source_on_another_backend_or_beyond_the_budget_is_a_clear_error() {
 #[cfg(not(feature = "cpu"))]
 #[test]
 fn without_the_cpu_engines_a_source_is_a_clear_error() {
-    let (scores, tr, lengths) = arrays();
-    let p = Potentials::builder(scores.view(), &lengths, 4)
-        .transition(tr.view())
-        .build()
-        .unwrap();
+    let arrays = Arrays::new();
+    let p = arrays.potentials();
     let s = StreamedPotentials::of(&p);
     match SemiCrf::new().log_partition_streamed(&s) {
         Err(Error::BackendUnavailable { reason, .. }) => assert!(reason.contains("`cpu`")),
