@@ -80,8 +80,12 @@ def _run(
         g = out.get(name)
         if inputs.get(name) is None or g is None:
             grads.append(missing())
+        elif call.cuda:  # on the device already, in the problem's dtype
+            grads.append(g)
         else:
             grads.append(_as(g, call.device, _grad_dtype(name, call.device, call.dtype)))
+    if call.cuda:
+        return [out["log_z"]] + grads
     return [_as(out["log_z"], call.device, call.dtype)] + grads
 
 
@@ -184,23 +188,46 @@ def _weigh(inputs: dict, counts, upstream: Tensor, rerun) -> List[Optional[Tenso
     one = None
     if upstream.dim() == 1 and upstream.numel() and upstream.stride(0) == 0:
         # Expanded from one value (the gradient of a sum): every g_b is the same.
-        one = upstream.detach()[0]
+        one = upstream.detach().select(0, 0)
     else:
         host = upstream.detach().to("cpu", torch.float64)
         shared = any(inputs.get(name) is not None for name in SHARED)
         if shared and host.numel() and not bool((host == host[0]).all()):
             return rerun(host.contiguous().numpy())
+    kept = [
+        c is not None and c.numel() != 0 and inputs.get(name) is not None
+        for name, c in zip(FLOAT_NAMES, counts)
+    ]
+    if one is not None:
+        return _times(counts, kept, one)
     grads: List[Optional[Tensor]] = []
-    for name, c in zip(FLOAT_NAMES, counts):
-        if c is None or c.numel() == 0 or inputs.get(name) is None:
+    for name, c, k in zip(FLOAT_NAMES, counts, kept):
+        if not k:
             grads.append(None)
-        elif one is not None:
-            grads.append(c * one)  # a 0-d tensor: the product keeps c's dtype
         elif name in SHARED:
             grads.append(c * host[0].item())
         else:
             g = upstream.detach().to(c.device, c.dtype)
             grads.append(c * g.reshape((-1,) + (1,) * (c.dim() - 1)))
+    return grads
+
+
+def _times(counts, kept, one: Tensor) -> List[Optional[Tensor]]:
+    """`c * one` for each count `c` kept (None for the others), `one` a 0-d tensor: the
+    product keeps c's dtype. Counts of `one`'s dtype and device are multiplied in one
+    `_foreach_mul` (one kernel on CUDA, the same products as `c * one`)."""
+    grads: List[Optional[Tensor]] = [None] * len(counts)
+    same = [
+        i
+        for i, c in enumerate(counts)
+        if kept[i] and c.dtype == one.dtype and c.device == one.device
+    ]
+    if len(same) > 1:
+        for i, g in zip(same, torch._foreach_mul([counts[i] for i in same], one)):
+            grads[i] = g
+    for i, c in enumerate(counts):
+        if kept[i] and grads[i] is None:
+            grads[i] = c * one
     return grads
 
 
@@ -281,7 +308,11 @@ class _Eager(torch.autograd.Function):
 
         grads = _weigh(inputs, ctx.counts, g, rerun)
         result = [
-            None if not need or t is None or grad is None else _as(grad, grad.device, t.dtype)
+            None
+            if not need or t is None or grad is None
+            else grad
+            if grad.dtype == t.dtype
+            else grad.to(t.dtype)
             for need, t, grad in zip(needs, floats, grads)
         ]
         return (None, None, None, None, *result)

@@ -34,30 +34,39 @@ SHARED: Tuple[str, ...] = ("transition", "duration", "start", "end")
 #: Inputs with a row per position of every sequence, `(B, T, C)`.
 PER_POSITION: Tuple[str, ...] = ("scores", "begin_boundary", "end_boundary")
 
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+_FLOATS = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
+_INTS = frozenset((torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8))
+
+#: Device types whose tensors go to the `cuda_*` entries (a test emulates one on the CPU).
+DEVICE_TYPES: Tuple[str, ...] = ("cuda",)
+#: The attribute of a checked `lengths` tensor holding the host copies of the shared
+#: parameters made with it (`check`), for the `Call` made next on the same problem.
+_SHARED_HOST = "_semicrf_shared_host"
 
 
 def compute_dtype(tensors: Sequence[Optional[Tensor]]) -> torch.dtype:
     """float64 if any input is float64, else float32 (float16 and bfloat16 run as float32)."""
-    if any(t is not None and t.dtype == torch.float64 for t in tensors):
-        return torch.float64
+    for t in tensors:
+        if t is not None and t.dtype == torch.float64:
+            return torch.float64
     return torch.float32
 
 
 def check(
     inputs: Dict[str, Optional[Tensor]], lengths, max_duration: Optional[int]
 ) -> Tuple[Dict[str, Optional[Tensor]], Tensor, int]:
-    """Checks a problem given as tensors; returns (inputs, lengths as int64, K).
+    """Checks a problem given as tensors; returns (inputs, lengths as int64 on the host, K).
 
     Raises ValueError naming the tensor for a wrong device, rank or shape, TypeError for a
     non-tensor or a tensor of a dtype that is not floating (integer for `lengths`).
+    On a device, the lengths and the shared parameters come to the host in one copy (the
+    engine takes both there); the parameters' copies ride on the returned lengths.
     """
     scores, edges = inputs.get("scores"), inputs.get("edges")
     if (scores is None) == (edges is None):
         raise ValueError("give either scores= (structured potentials) or edges=, not both")
-    main_name = "scores" if scores is not None else "edges"
-    main = scores if scores is not None else edges
+    main_name, main = ("scores", scores) if scores is not None else ("edges", edges)
+    device = main.device
     for name in FLOAT_NAMES:
         t = inputs.get(name)
         if t is None:
@@ -66,8 +75,8 @@ def check(
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
         if t.dtype not in _FLOATS:
             raise TypeError(f"{name}: expected a floating tensor, got {t.dtype}")
-        if t.device != main.device:
-            raise ValueError(f"{name}: on {t.device}, but {main_name} is on {main.device}")
+        if t is not main and t.device != device:
+            raise ValueError(f"{name}: on {t.device}, but {main_name} is on {device}")
     if main_name == "edges":
         if edges.dim() != 5 or edges.shape[-1] != edges.shape[-2]:
             raise ValueError(f"edges: expected shape (B, T, K, C, C), got {tuple(edges.shape)}")
@@ -87,26 +96,37 @@ def check(
             raise ValueError(f"max_duration: must be at least 1, got {max_duration}")
         k = max_duration
         tr = inputs.get("transition")
-        if tr is not None and tuple(tr.shape) not in ((c, c), (k, c, c)):
+        if tr is not None and tr.shape != (c, c) and tr.shape != (k, c, c):
             raise ValueError(
                 f"transition: expected shape ({c}, {c}) or ({k}, {c}, {c}), got {tuple(tr.shape)}"
             )
-        expected = {
-            "duration": (k, c),
-            "start": (c,),
-            "end": (c,),
-            "begin_boundary": (batch, t_max, c),
-            "end_boundary": (batch, t_max, c),
-        }
-        for name, shape in expected.items():
+        for name, shape in (
+            ("duration", (k, c)),
+            ("start", (c,)),
+            ("end", (c,)),
+            ("begin_boundary", (batch, t_max, c)),
+            ("end_boundary", (batch, t_max, c)),
+        ):
             t = inputs.get(name)
-            if t is not None and tuple(t.shape) != shape:
+            if t is not None and t.shape != shape:
                 raise ValueError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
-    lengths = _lengths(lengths, batch, t_max, main.device)
-    return inputs, lengths, k
+    lengths = _lengths_tensor(lengths, batch, device)
+    if device.type in DEVICE_TYPES and main_name == "scores" and not _compiling():
+        shared = [(n, inputs[n]) for n in SHARED if inputs.get(n) is not None]
+        return inputs, _with_shared(lengths, shared, t_max), k
+    host = lengths.detach().to("cpu", torch.int64)
+    _check_range(host.numpy(), t_max)
+    return inputs, host, k
 
 
-def _lengths(lengths, batch: int, t_max: int, device: torch.device) -> Tensor:
+def _compiling() -> bool:
+    # Traced by torch.compile, the lengths go to the host alone (the copies of the shared
+    # parameters would not reach the operator's call).
+    return torch.compiler.is_compiling()
+
+
+def _lengths_tensor(lengths, batch: int, device: torch.device) -> Tensor:
+    """`lengths` as an integer tensor of shape (batch,) on the host or on `device`."""
     if not isinstance(lengths, Tensor):
         try:
             lengths = torch.as_tensor(np.asarray(lengths))
@@ -116,14 +136,61 @@ def _lengths(lengths, batch: int, t_max: int, device: torch.device) -> Tensor:
         raise TypeError(f"lengths: expected an integer tensor, got {lengths.dtype}")
     if lengths.device.type != "cpu" and lengths.device != device:
         raise ValueError(f"lengths: on {lengths.device}, but the potentials are on {device}")
-    if tuple(lengths.shape) != (batch,):
+    if lengths.shape != (batch,):
         raise ValueError(f"lengths: expected shape ({batch},), got {tuple(lengths.shape)}")
-    host = lengths.detach().to("cpu", torch.int64)
-    a = host.numpy()
+    return lengths
+
+
+def _check_range(a: np.ndarray, t_max: int) -> None:
     if a.size and (a.min() < 1 or a.max() > t_max):
         b = int(np.flatnonzero((a < 1) | (a > t_max))[0])
         raise ValueError(f"lengths[{b}] = {int(a[b])} is outside 1..={t_max}")
-    return host
+
+
+def _with_shared(lengths: Tensor, shared: List[Tuple[str, Tensor]], t_max: int) -> Tensor:
+    """The lengths as int64 on the host, checked, carrying (`_SHARED_HOST`) the host float64
+    copies of the `shared` parameters: both brought from the device in one copy."""
+    moved = [t for _, t in shared]
+    on_device = lengths.device.type != "cpu"
+    if on_device:
+        moved.insert(0, lengths)
+    host = to_host(moved)
+    if on_device:
+        lengths = host.pop(0).to(torch.int64)
+    else:
+        lengths = lengths.detach().to("cpu", torch.int64)
+    _check_range(lengths.numpy(), t_max)
+    setattr(
+        lengths,
+        _SHARED_HOST,
+        [(n, t, h.to(torch.float64).numpy()) for (n, t), h in zip(shared, host)],
+    )
+    return lengths
+
+
+def to_host(tensors: List[Tensor]) -> List[Tensor]:
+    """Host copies of `tensors` (each of its dtype and shape) from one copy from the device:
+    their bytes gathered in one buffer there, widest elements first (each stays aligned)."""
+    if len(tensors) <= 1:
+        return [t.detach().cpu() for t in tensors]
+    order = sorted(range(len(tensors)), key=lambda i: -tensors[i].element_size())
+    raw = [tensors[i].detach().reshape(-1).contiguous().view(torch.uint8) for i in order]
+    flat = torch.cat(raw).cpu()
+    out: List[Tensor] = [flat] * len(tensors)
+    at = 0
+    for i, r in zip(order, raw):
+        t, n = tensors[i], r.numel()
+        out[i] = flat[at : at + n].view(t.dtype).view(t.shape)
+        at += n
+    return out
+
+
+def current_stream(index: int) -> int:
+    """torch's current CUDA stream on device `index`, as the driver's handle."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(index)
+    return torch.cuda.current_stream(index).cuda_stream
 
 
 def _budget(memory_budget) -> Optional[str]:
@@ -155,8 +222,8 @@ class Call:
         self.budget = _budget(memory_budget)
         main = inputs["scores"] if inputs.get("scores") is not None else inputs["edges"]
         self.device = main.device
-        self.dtype = compute_dtype(list(inputs.values()))
-        self.cuda = self.device.type == "cuda"
+        self.dtype = compute_dtype(inputs.values())
+        self.cuda = self.device.type in DEVICE_TYPES
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"scores: tensors on {self.device} are not supported (cpu, cuda)")
         if self.cuda and inputs.get("edges") is not None:
@@ -187,48 +254,60 @@ class Call:
             raise ValueError(
                 f"backend: {self.backend!r} does not run on CUDA (only 'streaming' does)"
             )
-        keep = []
+        keep: List[Tensor] = []
+        dtype, inputs = self.dtype, self.inputs
 
-        def address(name):
-            t = self.inputs.get(name)
-            if t is None:
-                return None
-            t = t.detach()
-            if t.dtype != self.dtype:
-                t = t.to(self.dtype)
-            t = t.contiguous()
-            keep.append(t)
+        def address(t: Tensor) -> int:
+            if t.dtype != dtype or not t.is_contiguous():
+                t = t.detach().to(dtype, memory_format=torch.contiguous_format)
+                keep.append(t)
             return t.data_ptr()
 
-        scores = self.inputs["scores"]
+        scores = inputs["scores"]
+        index = self.device.index or 0
         kw = {
-            "scores": address("scores"),
+            "scores": address(scores),
             "shape": tuple(scores.shape),
-            "dtype": "float64" if self.dtype == torch.float64 else "float32",
-            "lengths": self.lengths.tolist(),
+            "dtype": "float64" if dtype == torch.float64 else "float32",
+            "lengths": self.lengths.numpy(),
             "max_duration": self.k,
-            "stream": torch.cuda.current_stream(self.device).cuda_stream,
-            "device": self.device.index if self.device.index is not None else 0,
-            "begin_boundary": address("begin_boundary"),
-            "end_boundary": address("end_boundary"),
+            "stream": current_stream(index),
+            "device": index,
         }
-        # The shared parameters to the host in one copy (one wait for the device).
-        shared = [(n, self.inputs[n]) for n in SHARED if self.inputs.get(n) is not None]
-        if shared:
-            flat = torch.cat([t.detach().reshape(-1).to(torch.float64) for _, t in shared])
-            host, at = flat.cpu().numpy(), 0
-            for name, t in shared:
-                kw[name] = host[at : at + t.numel()].reshape(tuple(t.shape))
-                at += t.numel()
+        for name in ("begin_boundary", "end_boundary"):
+            t = inputs.get(name)
+            if t is not None:
+                kw[name] = address(t)
+        for name, _, host in self.shared_host():
+            kw[name] = host
         return kw, keep
+
+    def shared_host(self) -> List[Tuple[str, Tensor, np.ndarray]]:
+        """The shared parameters given, in `SHARED` order: (name, tensor, host float64 copy).
+        The copies `check` made with the lengths if they are of these very tensors (taken:
+        used once), else new ones, in one copy from the device."""
+        shared = [(n, self.inputs[n]) for n in SHARED if self.inputs.get(n) is not None]
+        made = self.lengths.__dict__.pop(_SHARED_HOST, None)
+        if made is not None and len(made) == len(shared):
+            if all(m[0] == n and m[1] is t for m, (n, t) in zip(made, shared)):
+                return made
+        host = to_host([t for _, t in shared])
+        return [(n, t, h.to(torch.float64).numpy()) for (n, t), h in zip(shared, host)]
+
+    def on_device(self, fn, kw: dict):
+        """`fn(**kw)` with torch's current device set to the problem's."""
+        index = kw["device"]
+        if torch.cuda.current_device() == index:
+            return fn(**kw)
+        with torch.cuda.device(index):
+            return fn(**kw)
 
     # -- operations ---------------------------------------------------------------------
 
     def log_partition(self) -> Tensor:
         if self.cuda:
             kw, keep = self.device_kwargs()
-            with torch.cuda.device(self.device):
-                v = _native.cuda_log_partition(**kw)
+            v = self.on_device(_native.cuda_log_partition, kw)
             del keep
         else:
             v = _native.log_partition(**self.host_kwargs())
@@ -237,8 +316,7 @@ class Call:
     def entropy(self) -> Tensor:
         if self.cuda:
             kw, keep = self.device_kwargs()
-            with torch.cuda.device(self.device):
-                v = _native.cuda_entropy(**kw)
+            v = self.on_device(_native.cuda_entropy, kw)
             del keep
         else:
             v = _native.entropy(**self.host_kwargs())
@@ -247,8 +325,7 @@ class Call:
     def viterbi(self):
         if self.cuda:
             kw, keep = self.device_kwargs()
-            with torch.cuda.device(self.device):
-                scores, segments = _native.cuda_viterbi(**kw)
+            scores, segments = self.on_device(_native.cuda_viterbi, kw)
             del keep
         else:
             scores, segments = _native.viterbi(**self.host_kwargs())
@@ -299,31 +376,33 @@ class Call:
         kw, keep = self.device_kwargs()
         scores = self.inputs["scores"]
         b, t, c = scores.shape
-        res = {"scores": torch.empty((b, t, c), dtype=self.dtype, device=self.device)}
+        new = scores.new_empty
+        res = {"scores": new((b, t, c), dtype=self.dtype)}
         kw["out_scores"] = res["scores"].data_ptr()
         for name in ("begin_boundary", "end_boundary"):
-            if self.inputs.get(name) is not None:
-                res[name] = torch.empty((b, t, c), dtype=self.dtype, device=self.device)
+            if name in kw:
+                res[name] = new((b, t, c), dtype=self.dtype)
                 kw["out_" + name] = res[name].data_ptr()
-        log_z = torch.empty((b,), dtype=self.dtype, device=self.device)
+        log_z = new((b,), dtype=self.dtype)
         kw["out_log_z"] = log_z.data_ptr()
         if want_boundary:
-            res["boundary"] = torch.empty((b, t), dtype=self.dtype, device=self.device)
+            res["boundary"] = new((b, t), dtype=self.dtype)
             kw["out_boundary"] = res["boundary"].data_ptr()
-        with torch.cuda.device(self.device):
-            out = _native.cuda_backward(upstream=upstream, **kw)
+        kw["upstream"] = upstream
+        out = self.on_device(_native.cuda_backward, kw)
         del keep
-        # The shared parameters' gradients to the device in one copy.
-        names = [n for n in SHARED if out.get(n) is not None]
-        if names:
-            host = [np.asarray(out[n]) for n in names]
-            flat = np.concatenate([h.reshape(-1) for h in host])
+        # The shared parameters' gradients (one float64 array, in `SHARED` order of the
+        # inputs given) to the device in one copy, rounded on the host for float32.
+        flat = out.get("shared")
+        if flat is not None and flat.size:
             if self.dtype == torch.float32:
                 flat = flat.astype(np.float32)
-            flat = torch.from_numpy(flat)
-            flat, at = flat.to(self.device), 0
-            for name, h in zip(names, host):
-                res[name] = flat[at : at + h.size].view(h.shape)
-                at += h.size
+            flat, at = torch.from_numpy(flat).to(self.device), 0
+            for name in SHARED:
+                p = self.inputs.get(name)
+                if p is not None:
+                    n = p.numel()
+                    res[name] = flat[at : at + n].view(p.shape)
+                    at += n
         res["log_z"] = log_z
         return res

@@ -1,6 +1,6 @@
 //! The problem as keyword arguments: parsing, dtype checks, and the library's `Problem`.
 
-use numpy::{Element, PyReadonlyArrayDyn};
+use numpy::{Element, PyReadonlyArray1, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use semicrf::ndarray::ArrayViewD;
@@ -136,9 +136,13 @@ pub fn count(v: &Bound<'_, PyAny>, name: &str) -> Outcome<usize> {
 
 /// `lengths`: a sequence or 1-D array of integers.
 pub fn lengths_of(v: &Bound<'_, PyAny>) -> Outcome<Vec<usize>> {
-    let raw: Vec<i64> = listed(v).extract().map_err(|_| {
-        Failure::Type("`lengths` must be a sequence or 1-D array of integers".into())
-    })?;
+    let raw: Vec<i64> = match v.extract::<PyReadonlyArray1<'_, i64>>() {
+        // An int64 array (what the torch layer passes) is read in place.
+        Ok(a) => a.as_array().to_vec(),
+        Err(_) => listed(v).extract().map_err(|_| {
+            Failure::Type("`lengths` must be a sequence or 1-D array of integers".into())
+        })?,
+    };
     raw.iter()
         .enumerate()
         .map(|(i, &l)| {

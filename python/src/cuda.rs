@@ -3,7 +3,7 @@
 //! (`CudaEngine::backward_into`), ordered before later work on the caller's stream. See
 //! `python/NATIVE.md`.
 
-use numpy::{IntoPyArray, PyArray1, PyReadonlyArrayDyn};
+use numpy::{PyArray1, PyReadonlyArray1, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use semicrf::cuda::cudarc::driver::sys::CUstream;
@@ -276,9 +276,7 @@ pub fn cuda_backward<'py>(
             .transpose()?,
         log_z: out_log_z.map(|p| address("out_log_z", p)).transpose()?,
     };
-    let upstream: Vec<f64> = listed(upstream).extract().map_err(|_| {
-        Failure::Type("`upstream` must be a sequence or 1-D array of floats".into())
-    })?;
+    let upstream = floats_of(upstream)?;
     let (dtype, (bn, t, c)) = (call.dtype, call.dims);
     let out = call.run(py, |e, p| {
         let caller = stream as CUstream;
@@ -305,12 +303,24 @@ pub fn cuda_backward<'py>(
     })?;
     let d = PyDict::new(py);
     d.set_item("log_z", PyArray1::from_vec(py, out.0))?;
+    let mut shared = Vec::new();
     for (name, a) in out.1 {
         if call.params.iter().any(|(n, _)| *n == name) {
-            d.set_item(name, a.into_pyarray(py))?;
+            shared.extend(a.iter().copied());
         }
     }
+    d.set_item("shared", PyArray1::from_vec(py, shared))?;
     Ok(d)
+}
+
+/// `upstream`: a 1-D float64 array (read in place) or any sequence of floats.
+fn floats_of(v: &Bound<'_, PyAny>) -> Outcome<Vec<f64>> {
+    if let Ok(a) = v.extract::<PyReadonlyArray1<'_, f64>>() {
+        return Ok(a.as_array().to_vec());
+    }
+    listed(v)
+        .extract()
+        .map_err(|_| Failure::Type("`upstream` must be a sequence or 1-D array of floats".into()))
 }
 
 type HostResults = (Vec<f64>, Vec<(&'static str, semicrf::ndarray::ArrayD<f64>)>);

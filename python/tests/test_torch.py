@@ -458,15 +458,14 @@ def _fake_cuda_backward(**kw):
         _view(kw["out_boundary"], (b, t), kw["dtype"])[...] = out["boundary"]
     if kw.get("out_log_z") is not None:
         _view(kw["out_log_z"], (b,), kw["dtype"])[...] = out["log_z"]
-    return {k: out[k] for k in ("log_z", "transition", "duration", "start", "end") if k in out}
+    shared = [out[k].reshape(-1) for k in ("transition", "duration", "start", "end") if k in out]
+    return {"log_z": out["log_z"], "shared": np.concatenate(shared) if shared else np.zeros(0)}
 
 
 def test_the_device_path_fills_the_buffers_torch_allocated(monkeypatch):
     """The CUDA entries, emulated with host memory: the torch layer passes addresses, shapes,
     host float64 parameters and output buffers as python/NATIVE.md says, and its results
     equal the CPU path's."""
-    import contextlib
-
     import semicrf._torch_problem as tp
 
     native = tp._native
@@ -501,17 +500,9 @@ def test_the_device_path_fills_the_buffers_torch_allocated(monkeypatch):
         ]
 
     expected = run()
-    original_init = tp.Call.__init__
-
-    def as_device(self, *a, **kw):
-        original_init(self, *a, **kw)
-        self.cuda = True
-
-    monkeypatch.setattr(tp.Call, "__init__", as_device)
-    monkeypatch.setattr(
-        torch.cuda, "current_stream", lambda device=None: type("S", (), {"cuda_stream": 0})()
-    )
-    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(tp, "DEVICE_TYPES", ("cpu",))
+    monkeypatch.setattr(tp, "current_stream", lambda index: 0)
+    monkeypatch.setattr(tp.Call, "on_device", lambda self, fn, kw: fn(**kw))
     del _DEVICE_CALLS[:]
     got = run()
     assert (
@@ -519,3 +510,50 @@ def test_the_device_path_fills_the_buffers_torch_allocated(monkeypatch):
     )  # nll (forward-backward, weighted again), log Z, marginals, viterbi
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+
+
+def test_one_copy_to_the_host_keeps_every_value_dtype_and_shape(device):
+    from semicrf._torch_problem import to_host
+
+    g = torch.Generator().manual_seed(5)
+    tensors = [
+        torch.tensor([3, 1, 4], dtype=torch.int32),
+        torch.randn(3, 3, generator=g),
+        torch.randn(2, generator=g, dtype=torch.float64),
+        torch.randn(5, generator=g).to(torch.bfloat16),
+        torch.randn(2, 2, generator=g).to(torch.float16),
+        torch.randn(4, 6, generator=g, dtype=torch.float64)[:, ::2],  # not contiguous
+        torch.tensor([7, 9], dtype=torch.uint8),
+    ]
+    on = [t.to(device).requires_grad_(t.is_floating_point()) for t in tensors]
+    for got, want in zip(to_host(on), tensors):
+        assert got.device.type == "cpu" and got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got, want)
+
+
+def test_the_shared_parameters_copied_with_the_lengths_serve_the_next_call_once(
+    device, monkeypatch
+):
+    import semicrf._torch_problem as tp
+
+    if device.type == "cpu":
+        monkeypatch.setattr(tp, "DEVICE_TYPES", ("cpu",))
+    p, lengths = random_problem(torch, 3, 6, 3, 3, seed=4)
+    x = {k: v.to(device).float() for k, v in p.items()}
+    inputs, host, k = tp.check(dict(x), lengths.to(device), 3)
+    assert host.device.type == "cpu" and host.dtype == torch.int64
+    assert torch.equal(host, lengths.to(torch.int64))
+    names = [n for n in tp.SHARED if x.get(n) is not None]
+    made = getattr(host, tp._SHARED_HOST)
+    assert [n for n, _, _ in made] == names
+    first = tp.Call(inputs, host, k).shared_host()
+    assert all(a is b[2] for (_, _, a), b in zip(first, made))  # the copies check made
+    again = tp.Call(inputs, host, k).shared_host()  # taken once: new copies, same values
+    for (n, t, a), (_, _, b) in zip(again, first):
+        assert a is not b and a.dtype == np.float64 and np.array_equal(a, b)
+        assert np.array_equal(a, t.detach().cpu().double().numpy())
+    inputs, host, k = tp.check(dict(x), lengths.to(device), 3)
+    other = dict(inputs, transition=inputs["transition"] + 1)  # another tensor: not the copy
+    got = {n: a for n, _, a in tp.Call(other, host, k).shared_host()}
+    want = other["transition"].detach().cpu().double().numpy()
+    assert np.array_equal(got["transition"], want)
