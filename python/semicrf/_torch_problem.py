@@ -259,7 +259,8 @@ class Call:
 
         def address(t: Tensor) -> int:
             if t.dtype != dtype or not t.is_contiguous():
-                t = t.detach().to(dtype, memory_format=torch.contiguous_format)
+                # (`.to` with a memory format returns a same-dtype tensor as it is.)
+                t = t.detach().to(dtype).contiguous()
                 keep.append(t)
             return t.data_ptr()
 

@@ -557,3 +557,24 @@ def test_the_shared_parameters_copied_with_the_lengths_serve_the_next_call_once(
     got = {n: a for n, _, a in tp.Call(other, host, k).shared_host()}
     want = other["transition"].detach().cpu().double().numpy()
     assert np.array_equal(got["transition"], want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+def test_the_device_path_passes_contiguous_inputs_of_the_problems_dtype(dtype, monkeypatch):
+    import semicrf._torch_problem as tp
+
+    monkeypatch.setattr(tp, "DEVICE_TYPES", ("cpu",))
+    monkeypatch.setattr(tp, "current_stream", lambda index: 0)
+    p, lengths = random_problem(torch, 3, 6, 3, 3, seed=6)
+    wide = torch.cat([p["scores"], p["scores"]], dim=2).to(dtype)
+    inputs = {"scores": wide[:, :, ::2], "begin_boundary": p["begin_boundary"].to(dtype)}
+    assert not inputs["scores"].is_contiguous()
+    inputs, host, k = tp.check(inputs, lengths, 3)
+    call = tp.Call(inputs, host, k)
+    kw, keep = call.device_kwargs()
+    assert kw["dtype"] == ("float64" if dtype == torch.float64 else "float32")
+    for name in ("scores", "begin_boundary"):
+        got = _view(kw[name], kw["shape"], kw["dtype"])
+        want = inputs[name].to(call.dtype).numpy()
+        assert np.array_equal(got, want)
+    assert list(kw["lengths"]) == lengths.tolist() and kw["lengths"].dtype == np.int64
