@@ -169,10 +169,11 @@ def _with_shared(lengths: Tensor, shared: List[Tuple[str, Tensor]], t_max: int) 
 
 
 def to_host(tensors: List[Tensor]) -> List[Tensor]:
-    """Host copies of `tensors` (each of its dtype and shape) from one copy from the device:
-    their bytes gathered in one buffer there, widest elements first (each stays aligned)."""
+    """Contiguous host copies of `tensors` (each of its dtype and shape) from one copy from
+    the device: their bytes gathered in one buffer there, widest elements first (each stays
+    aligned)."""
     if len(tensors) <= 1:
-        return [t.detach().cpu() for t in tensors]
+        return [t.detach().contiguous().cpu() for t in tensors]
     order = sorted(range(len(tensors)), key=lambda i: -tensors[i].element_size())
     raw = [tensors[i].detach().reshape(-1).contiguous().view(torch.uint8) for i in order]
     flat = torch.cat(raw).cpu()

@@ -526,9 +526,11 @@ def test_one_copy_to_the_host_keeps_every_value_dtype_and_shape(device):
         torch.tensor([7, 9], dtype=torch.uint8),
     ]
     on = [t.to(device).requires_grad_(t.is_floating_point()) for t in tensors]
-    for got, want in zip(to_host(on), tensors):
+    alone = tensors[1].t()  # one tensor: no gather, still one contiguous copy
+    pairs = list(zip(to_host(on), tensors)) + [(to_host([alone.to(device)])[0], alone)]
+    for got, want in pairs:
         assert got.device.type == "cpu" and got.dtype == want.dtype and got.shape == want.shape
-        assert torch.equal(got, want)
+        assert got.is_contiguous() and torch.equal(got, want)
 
 
 def test_the_shared_parameters_copied_with_the_lengths_serve_the_next_call_once(
