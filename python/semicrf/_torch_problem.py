@@ -156,32 +156,47 @@ def _with_shared(lengths: Tensor, shared: List[Tuple[str, Tensor]], t_max: int) 
         moved.insert(0, lengths)
     host = to_host(moved)
     if on_device:
-        lengths = host.pop(0).to(torch.int64)
+        a = host.pop(0).astype(np.int64, copy=False)
+        lengths = torch.from_numpy(a)
     else:
         lengths = lengths.detach().to("cpu", torch.int64)
-    _check_range(lengths.numpy(), t_max)
-    setattr(
-        lengths,
-        _SHARED_HOST,
-        [(n, t, h.to(torch.float64).numpy()) for (n, t), h in zip(shared, host)],
-    )
+        a = lengths.numpy()
+    _check_range(a, t_max)
+    f64 = [h.astype(np.float64, copy=False) for h in host]
+    setattr(lengths, _SHARED_HOST, [(n, t, h) for (n, t), h in zip(shared, f64)])
     return lengths
 
 
-def to_host(tensors: List[Tensor]) -> List[Tensor]:
-    """Contiguous host copies of `tensors` (each of its dtype and shape) from one copy from
-    the device: their bytes gathered in one buffer there, widest elements first (each stays
-    aligned)."""
-    if len(tensors) <= 1:
-        return [t.detach().contiguous().cpu() for t in tensors]
+_NUMPY = {
+    torch.float64: np.float64,
+    torch.float32: np.float32,
+    torch.float16: np.float16,
+    torch.bfloat16: np.uint16,  # its bits; widened to float32 below
+    torch.int64: np.int64,
+    torch.int32: np.int32,
+    torch.int16: np.int16,
+    torch.int8: np.int8,
+    torch.uint8: np.uint8,
+}
+
+
+def to_host(tensors: List[Tensor]) -> List[np.ndarray]:
+    """C-contiguous numpy copies of `tensors` (each of its shape and dtype, bfloat16 widened
+    exactly to float32) from one copy from the device: their bytes gathered in one buffer
+    there, widest elements first (each stays aligned), split on the host."""
     order = sorted(range(len(tensors)), key=lambda i: -tensors[i].element_size())
     raw = [tensors[i].detach().reshape(-1).contiguous().view(torch.uint8) for i in order]
-    flat = torch.cat(raw).cpu()
-    out: List[Tensor] = [flat] * len(tensors)
+    if not raw:
+        return []
+    flat = (raw[0] if len(raw) == 1 else torch.cat(raw)).cpu().numpy()
+    out: List[np.ndarray] = [flat] * len(tensors)
     at = 0
     for i, r in zip(order, raw):
         t, n = tensors[i], r.numel()
-        out[i] = flat[at : at + n].view(t.dtype).view(t.shape)
+        a = flat[at : at + n].view(_NUMPY[t.dtype])
+        if t.dtype == torch.bfloat16:
+            a = (a.astype(np.uint32) << 16).view(np.float32)
+        out[i] = a.reshape(t.shape)
         at += n
     return out
 
@@ -294,7 +309,7 @@ class Call:
             if all(m[0] == n and m[1] is t for m, (n, t) in zip(made, shared)):
                 return made
         host = to_host([t for _, t in shared])
-        return [(n, t, h.to(torch.float64).numpy()) for (n, t), h in zip(shared, host)]
+        return [(n, t, h.astype(np.float64, copy=False)) for (n, t), h in zip(shared, host)]
 
     def on_device(self, fn, kw: dict):
         """`fn(**kw)` with torch's current device set to the problem's."""

@@ -529,8 +529,11 @@ def test_one_copy_to_the_host_keeps_every_value_dtype_and_shape(device):
     alone = tensors[1].t()  # one tensor: no gather, still one contiguous copy
     pairs = list(zip(to_host(on), tensors)) + [(to_host([alone.to(device)])[0], alone)]
     for got, want in pairs:
-        assert got.device.type == "cpu" and got.dtype == want.dtype and got.shape == want.shape
-        assert got.is_contiguous() and torch.equal(got, want)
+        want = want.detach()
+        if want.dtype == torch.bfloat16:
+            want = want.float()  # widened exactly
+        assert got.dtype == want.numpy().dtype and got.shape == tuple(want.shape)
+        assert got.flags.c_contiguous and np.array_equal(got, want.numpy())
 
 
 def test_the_shared_parameters_copied_with_the_lengths_serve_the_next_call_once(
