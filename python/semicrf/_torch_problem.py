@@ -414,12 +414,9 @@ class Call:
         if flat is not None and flat.size:
             if self.dtype == torch.float32:
                 flat = flat.astype(np.float32)
-            flat, at = torch.from_numpy(flat).to(self.device), 0
-            for name in SHARED:
-                p = self.inputs.get(name)
-                if p is not None:
-                    n = p.numel()
-                    res[name] = flat[at : at + n].view(p.shape)
-                    at += n
+            given = [(n, self.inputs[n]) for n in SHARED if self.inputs.get(n) is not None]
+            parts = torch.from_numpy(flat).to(self.device).split([p.numel() for _, p in given])
+            for (name, p), part in zip(given, parts):
+                res[name] = part.view(p.shape)
         res["log_z"] = log_z
         return res
