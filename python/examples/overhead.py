@@ -9,11 +9,13 @@ median over the steps, µs): the input checks (`check`, with the lengths' copy t
 call, the rest of `Call.backward` (output buffers, the shared parameters' gradients to the
 device), the `.sum()`, the `.backward()` and, inside it, `_Eager.backward` and `_weigh`.
 
-On a GPU the native call is then replayed alone with the same arguments (`--replays` times,
-inside one step, so the buffers are alive): its wall-clock time, to set against the Rust
-API's `device_times` (crates/semicrf-bench/src/bin/device_times.rs), and the whole step by
-CUDA events and by the host's clock. Floors of the same machine: a trivial
-`torch.autograd.Function` forward + sum + backward, and `x.sum().backward()`.
+Scores, transition and duration are drawn as `device_times` draws them (uniform in [-1, 1];
+`--values randn` for normal scores): which kernels run depends on the values' range. On a
+GPU the native call is then replayed alone with the same arguments (`--replays` times, inside
+one step, so the buffers are alive): its wall-clock time, to set against the Rust API's
+`device_times` (crates/semicrf-bench/src/bin/device_times.rs); and the whole step by CUDA
+events. Floors of the same machine: a trivial `torch.autograd.Function` forward + sum +
+backward, and `x.sum().backward()`.
 
     python overhead.py                  # CUDA if available, else the CPU
     python overhead.py --shapes S1 S3 --steps 51
@@ -43,6 +45,13 @@ ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
 ap.add_argument("--steps", type=int, default=31)
 ap.add_argument("--replays", type=int, default=21, help="replays of the native call alone")
 ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+ap.add_argument(
+    "--values",
+    choices=["uniform", "randn"],
+    default="uniform",
+    help="uniform: scores, transition and duration in [-1, 1], as device_times draws them "
+    "(the kernels that run depend on the values' range); randn: as bench_head.py's step",
+)
 args = ap.parse_args()
 dev = torch.device(args.device)
 cuda = dev.type == "cuda"
@@ -144,9 +153,13 @@ for name, us in floors().items():
 for name in args.shapes:
     b, t, k, c = SHAPES[name]
     torch.manual_seed(0)
-    h = torch.randn(b, t, c, device=dev, requires_grad=True)
-    tr = (0.1 * torch.randn(c, c, device=dev)).requires_grad_()
-    dur = (0.1 * torch.randn(k, c, device=dev)).requires_grad_()
+    if args.values == "uniform":
+        h, tr, dur = (2 * torch.rand(*s, device=dev) - 1 for s in ((b, t, c), (c, c), (k, c)))
+    else:
+        h, tr, dur = (torch.randn(*s, device=dev) for s in ((b, t, c), (c, c), (k, c)))
+        tr, dur = 0.1 * tr, 0.1 * dur
+    for x in (h, tr, dur):
+        x.requires_grad_()
     lengths = torch.full((b,), t, device=dev)
     per = defaultdict(list)
     events = []
