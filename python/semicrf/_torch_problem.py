@@ -410,8 +410,8 @@ class Call:
         del keep
         # The shared parameters' gradients (one float64 array, in `SHARED` order of the
         # inputs given) to the device in one copy, rounded on the host for float32.
-        flat = out.get("shared")
-        if flat is not None and flat.size:
+        flat = out["shared"]
+        if flat.size:
             if self.dtype == torch.float32:
                 flat = flat.astype(np.float32)
             given = [(n, self.inputs[n]) for n in SHARED if self.inputs.get(n) is not None]
