@@ -165,6 +165,7 @@
 //! | `resident` | potentials in device memory and results left there; their checks (`kernels/io.cu`) |
 //! | `outputs` | a backward pass's results written into the caller's device arrays; their checks, streams and `f32` conversion |
 //! | `engine` | [`CudaEngine`] |
+//! | `streamed` | [`CudaEngine`] on a potentials source ([`SourceEngine`]): rows uploaded chunk by chunk, gradients delivered chunk by chunk |
 #![deny(missing_docs)]
 
 mod call;
@@ -178,6 +179,7 @@ mod logdomain;
 mod meet;
 mod outputs;
 mod resident;
+mod streamed;
 mod streaming;
 mod transfer;
 mod tuning;
@@ -188,7 +190,7 @@ pub use engine::CudaEngine;
 pub use outputs::{DeviceArrayMut, DeviceOutputs, HostBackward};
 pub use resident::{DeviceArray, DeviceBackward, DevicePotentials, DevicePotentialsBuilder, Dtype};
 #[cfg(doc)]
-use semicrf_core::{Algorithm, Engine, EngineInfo, Error};
+use semicrf_core::{Algorithm, Engine, EngineInfo, Error, SourceEngine};
 
 #[cfg(test)]
 mod layering;
