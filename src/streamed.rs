@@ -1,6 +1,8 @@
 //! [`SemiCrf`] on problems whose position-wise potentials come from a [`PotentialSource`]
 //! ([`StreamedPotentials`]): the streaming algorithm reads them chunk by chunk and never
-//! holds a `(B, T, C)` array (model §11).
+//! holds a `(B, T, C)` array in host memory (model §11). On the CPU (the default device)
+//! nothing of size `T·C` is held at all; with `Device::Cuda(n)` (feature `cuda`) the rows go
+//! to the GPU chunk by chunk and the device holds the whole position tensors, as for arrays.
 
 use semicrf_core::{
     Decoded, EntropySemiring, Error, GradientSink, LogSemiring, Op, PotentialSource, Result,
@@ -122,7 +124,8 @@ impl SemiCrf {
     }
 
     /// [`SemiCrf::forward`] on a streamed problem: the rows are asked of the source chunk by
-    /// chunk, in `O(K·C)` memory per sequence.
+    /// chunk, in `O(K·C)` memory per sequence on the CPU (on CUDA, `O(chunk)` on the host and
+    /// the position tensors on the device).
     pub fn forward_streamed<S: Semiring, F: Scalar, P: PotentialSource<F> + ?Sized>(
         &self,
         problem: &StreamedPotentials<'_, F, P>,
