@@ -131,7 +131,8 @@
 //! copied to the device through the two halves of the page-locked buffer (the host fills
 //! one while the bus moves the other); the backward pass's position-wise results come back
 //! the same way, chunk by chunk, to a [`GradientSink`](semicrf_core::GradientSink), each
-//! sequence's last rows first. The host never holds a `(B, T, C)` array; the device holds
+//! sequence's last rows first; a Viterbi's traceback reads the backpointers from the device
+//! the same number of rows at a time. The host never holds a `(B, T, C)` array; the device holds
 //! the whole position tensors, as for arrays, and runs the same kernels on them, so the
 //! results are those of the same values given as arrays, bit for bit, for any chunk size
 //! (a test checks it), and [`SourceEngine::memory_required_streamed`] is
