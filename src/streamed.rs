@@ -1,84 +1,137 @@
 //! [`SemiCrf`] on problems whose position-wise potentials come from a [`PotentialSource`]
 //! ([`StreamedPotentials`]): the streaming algorithm reads them chunk by chunk and never
-//! holds a `(B, T, C)` array (model §11).
+//! holds a `(B, T, C)` array in host memory (model §11). On the CPU (the default device)
+//! nothing of size `T·C` is held at all; with `Device::Cuda(n)` (feature `cuda`) the rows go
+//! to the GPU chunk by chunk and the device holds the whole position tensors, as for arrays.
 
 use semicrf_core::{
     Decoded, EntropySemiring, Error, GradientSink, LogSemiring, Op, PotentialSource, Result,
     Scalar, Semiring, StreamedBackward, StreamedPotentials, entropies,
 };
 
-#[cfg(feature = "cpu")]
+#[cfg(any(feature = "cpu", feature = "cuda"))]
 use semicrf_core::SourceEngine;
 
-use crate::SemiCrf;
+use crate::{Backend, Device, SemiCrf};
+
+/// The engine that takes a streamed problem: the streaming algorithm on the CPU or on a CUDA
+/// device (without either backend the enum has no variants, so no value of it exists).
+enum SourceChoice {
+    #[cfg(feature = "cpu")]
+    Cpu(semicrf_cpu::StreamingEngine),
+    #[cfg(feature = "cuda")]
+    Cuda(semicrf_cuda::CudaEngine),
+}
+
+/// Evaluates `$body` with `$e` bound to the engine inside a [`SourceChoice`].
+#[cfg(any(feature = "cpu", feature = "cuda"))]
+macro_rules! on_source {
+    ($chosen:expr, |$e:ident| $body:expr) => {
+        match $chosen {
+            #[cfg(feature = "cpu")]
+            SourceChoice::Cpu($e) => $body,
+            #[cfg(feature = "cuda")]
+            SourceChoice::Cuda($e) => $body,
+        }
+    };
+}
+
+#[cfg(not(any(feature = "cpu", feature = "cuda")))]
+macro_rules! on_source {
+    ($chosen:expr, |$e:ident| $body:expr) => {
+        match *$chosen {}
+    };
+}
+
+#[cfg_attr(
+    not(any(feature = "cpu", feature = "cuda")),
+    allow(unused_variables, clippy::needless_pass_by_ref_mut)
+)]
+impl SourceChoice {
+    fn forward_streamed<S: Semiring, F: Scalar, P: PotentialSource<F> + ?Sized>(
+        &self,
+        problem: &StreamedPotentials<'_, F, P>,
+    ) -> Result<Vec<S::Value>> {
+        on_source!(self, |e| e.forward_streamed::<S, P>(problem))
+    }
+
+    fn viterbi_streamed<F: Scalar, P: PotentialSource<F> + ?Sized>(
+        &self,
+        problem: &StreamedPotentials<'_, F, P>,
+    ) -> Result<Vec<Decoded>> {
+        on_source!(self, |e| e.viterbi_streamed(problem))
+    }
+
+    fn backward_streamed<F: Scalar, P: PotentialSource<F> + ?Sized, G: GradientSink + ?Sized>(
+        &self,
+        problem: &StreamedPotentials<'_, F, P>,
+        upstream: &[f64],
+        sink: &G,
+    ) -> Result<StreamedBackward> {
+        on_source!(self, |e| e.backward_streamed(problem, upstream, sink))
+    }
+}
 
 impl SemiCrf {
-    /// The engine for a streamed problem: the streaming algorithm on the CPU, within the
-    /// memory budget ([`semicrf_core::SourceEngine::memory_required_streamed`]).
-    #[cfg(feature = "cpu")]
+    /// The engine for a streamed problem: the streaming algorithm on the configured device
+    /// (the CPU, or `Device::Cuda(n)` with the `cuda` feature), within the memory budget
+    /// ([`semicrf_core::SourceEngine::memory_required_streamed`]: host bytes on the CPU,
+    /// device bytes on CUDA).
     fn source_engine<F: Scalar, P: PotentialSource<F> + ?Sized>(
         &self,
         problem: &StreamedPotentials<'_, F, P>,
         op: Op,
-    ) -> Result<semicrf_cpu::StreamingEngine> {
-        use crate::{Backend, Device};
+    ) -> Result<SourceChoice> {
         let c = &self.config;
-        match (c.get_device(), c.get_backend()) {
-            (Device::Cpu, Backend::Auto | Backend::Streaming) => {}
-            (Device::Cpu, b) => {
+        let device = c.get_device();
+        match c.get_backend() {
+            Backend::Auto | Backend::Streaming => {}
+            b => {
+                let on = match device {
+                    Device::Cpu => "cpu".to_string(),
+                    Device::Cuda(_) => "cuda".to_string(),
+                };
                 return Err(Error::Unsupported {
-                    backend: format!("cpu/{}", b.name()),
+                    backend: format!("{on}/{}", b.name()),
                     what: "a potentials source (only streaming reads one)".into(),
                 });
             }
-            (Device::Cuda(_), _) => {
-                return Err(Error::Unsupported {
-                    backend: "cuda/streaming".into(),
-                    what: "a potentials source (on the CPU only, for now)".into(),
-                });
-            }
         }
-        let engine = semicrf_cpu::StreamingEngine::new().parallelism(c.get_parallelism());
         let query = semicrf_core::Query {
             shape: problem.shape(),
             form: problem.form(),
             op,
             dtype_bytes: F::BYTES,
-            threads: semicrf_cpu::threads(c.get_parallelism()),
+            threads: match device {
+                Device::Cpu => crate::any_engine::cpu_threads(c.get_parallelism()),
+                Device::Cuda(_) => 1,
+            },
         };
-        let required = <semicrf_cpu::StreamingEngine as SourceEngine<F>>::memory_required_streamed(
-            &engine, &query,
-        )?;
-        if required > c.get_memory_budget() {
-            return Err(Error::MemoryBudget {
-                required,
-                budget: c.get_memory_budget(),
-                algorithm: "streaming".into(),
-            });
+        let budget = |required: u64| {
+            if required > c.get_memory_budget() {
+                return Err(Error::MemoryBudget {
+                    required,
+                    budget: c.get_memory_budget(),
+                    algorithm: "streaming".into(),
+                });
+            }
+            Ok(())
+        };
+        match device {
+            Device::Cpu => cpu_source::<F>(c.get_parallelism(), &query, budget),
+            Device::Cuda(ordinal) => cuda_source::<F>(ordinal, &query, budget),
         }
-        Ok(engine)
-    }
-
-    #[cfg(not(feature = "cpu"))]
-    fn source_engine<F: Scalar, P: PotentialSource<F> + ?Sized>(
-        &self,
-        _problem: &StreamedPotentials<'_, F, P>,
-        _op: Op,
-    ) -> Result<Unavailable<F>> {
-        Err(Error::BackendUnavailable {
-            backend: "cpu/streaming".into(),
-            reason: "semicrf was built without the `cpu` feature".into(),
-        })
     }
 
     /// [`SemiCrf::forward`] on a streamed problem: the rows are asked of the source chunk by
-    /// chunk, in `O(K·C)` memory per sequence.
+    /// chunk, in `O(K·C)` memory per sequence on the CPU (on CUDA, `O(chunk)` on the host and
+    /// the position tensors on the device).
     pub fn forward_streamed<S: Semiring, F: Scalar, P: PotentialSource<F> + ?Sized>(
         &self,
         problem: &StreamedPotentials<'_, F, P>,
     ) -> Result<Vec<S::Value>> {
         self.source_engine(problem, Op::forward::<S>())?
-            .forward_streamed::<S, P>(problem)
+            .forward_streamed::<S, F, P>(problem)
     }
 
     /// `log Z_b` of every sequence of a streamed problem ([`SemiCrf::log_partition`]).
@@ -174,30 +227,57 @@ impl SemiCrf {
     }
 }
 
-/// What `SemiCrf::source_engine` returns without a CPU backend: nothing runs.
-#[cfg(not(feature = "cpu"))]
-struct Unavailable<F>(core::convert::Infallible, core::marker::PhantomData<F>);
+/// The CPU streaming engine for `query`, within `budget`.
+#[cfg(feature = "cpu")]
+fn cpu_source<F: Scalar>(
+    parallelism: semicrf_core::Parallelism,
+    query: &semicrf_core::Query,
+    budget: impl Fn(u64) -> Result<()>,
+) -> Result<SourceChoice> {
+    let engine = semicrf_cpu::StreamingEngine::new().parallelism(parallelism);
+    budget(SourceEngine::<F>::memory_required_streamed(&engine, query)?)?;
+    Ok(SourceChoice::Cpu(engine))
+}
 
+/// The same signature as with the feature, so that one call serves both.
 #[cfg(not(feature = "cpu"))]
-impl<F: Scalar> Unavailable<F> {
-    fn forward_streamed<S: Semiring, P: ?Sized>(
-        &self,
-        _: &StreamedPotentials<'_, F, P>,
-    ) -> Result<Vec<S::Value>> {
-        match self.0 {}
-    }
-    fn viterbi_streamed<P: ?Sized>(
-        &self,
-        _: &StreamedPotentials<'_, F, P>,
-    ) -> Result<Vec<Decoded>> {
-        match self.0 {}
-    }
-    fn backward_streamed<P: ?Sized, G: ?Sized>(
-        &self,
-        _: &StreamedPotentials<'_, F, P>,
-        _: &[f64],
-        _: &G,
-    ) -> Result<StreamedBackward> {
-        match self.0 {}
-    }
+#[allow(clippy::extra_unused_type_parameters)]
+fn cpu_source<F: Scalar>(
+    _parallelism: semicrf_core::Parallelism,
+    _query: &semicrf_core::Query,
+    _budget: impl Fn(u64) -> Result<()>,
+) -> Result<SourceChoice> {
+    Err(Error::BackendUnavailable {
+        backend: "cpu/streaming".into(),
+        reason: "semicrf was built without the `cpu` feature".into(),
+    })
+}
+
+/// The CUDA streaming engine on device `ordinal` for `query`, within `budget` and the
+/// device's free memory.
+#[cfg(feature = "cuda")]
+fn cuda_source<F: Scalar>(
+    ordinal: usize,
+    query: &semicrf_core::Query,
+    budget: impl Fn(u64) -> Result<()>,
+) -> Result<SourceChoice> {
+    use semicrf_core::EngineInfo;
+    let engine = semicrf_cuda::CudaEngine::new(semicrf_core::Algorithm::Streaming, ordinal);
+    budget(SourceEngine::<F>::memory_required_streamed(&engine, query)?)?;
+    engine.check(query)?;
+    Ok(SourceChoice::Cuda(engine))
+}
+
+/// The same signature as with the feature, so that one call serves both.
+#[cfg(not(feature = "cuda"))]
+#[allow(clippy::extra_unused_type_parameters)]
+fn cuda_source<F: Scalar>(
+    _ordinal: usize,
+    _query: &semicrf_core::Query,
+    _budget: impl Fn(u64) -> Result<()>,
+) -> Result<SourceChoice> {
+    Err(Error::BackendUnavailable {
+        backend: "cuda/streaming".into(),
+        reason: "semicrf was built without the `cuda` feature".into(),
+    })
 }

@@ -68,9 +68,11 @@ fn a_source_on_another_backend_or_beyond_the_budget_is_a_clear_error() {
         exact.log_partition_streamed(&s),
         Err(Error::Unsupported { .. })
     ));
-    let cuda = SemiCrf::with_config(Config::new().device(Device::Cuda(0)));
+    let cuda_exact = Config::new()
+        .device(Device::Cuda(0))
+        .backend(Backend::Exact);
     assert!(matches!(
-        cuda.viterbi_streamed(&s),
+        SemiCrf::with_config(cuda_exact).viterbi_streamed(&s),
         Err(Error::Unsupported { .. })
     ));
     let tiny = SemiCrf::with_config(Config::new().memory_budget(64));
@@ -91,4 +93,38 @@ fn without_the_cpu_engines_a_source_is_a_clear_error() {
         Err(Error::BackendUnavailable { reason, .. }) => assert!(reason.contains("`cpu`")),
         other => panic!("{other:?}"),
     }
+}
+
+/// With `Device::Cuda`, the streamed entry points run the CUDA engine on the source: the
+/// results of the array entry points on the same device, bit for bit; without the `cuda`
+/// feature or a usable GPU, a clear error.
+#[test]
+fn streamed_entry_points_on_cuda_give_the_results_of_the_array_entry_points() {
+    let arrays = Arrays::new();
+    let p = arrays.potentials();
+    let s = StreamedPotentials::of(&p);
+    let crf = SemiCrf::with_config(semicrf::Config::new().device(semicrf::Device::Cuda(0)));
+    let log_z = match crf.log_partition_streamed(&s) {
+        Ok(z) => z,
+        Err(Error::BackendUnavailable { backend, reason }) => {
+            if cfg!(feature = "cuda") && std::env::var("SEMICRF_REQUIRE_GPU").as_deref() == Ok("1")
+            {
+                panic!("SEMICRF_REQUIRE_GPU=1 but {backend} is unavailable: {reason}");
+            }
+            eprintln!("skipped ({backend} unavailable: {reason})");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(log_z, crf.log_partition(&p).unwrap());
+    assert_eq!(crf.entropy_streamed(&s).unwrap(), crf.entropy(&p).unwrap());
+    assert_eq!(crf.viterbi_streamed(&s).unwrap(), crf.viterbi(&p).unwrap());
+    let sink = semicrf::GradientArrays::new(s.shape(), false, false);
+    let bw = crf.backward_streamed(&s, &[1.0, 0.5], &sink).unwrap();
+    let want = crf.backward(&p, Some(&[1.0, 0.5])).unwrap();
+    let (scores_grad, _, _, bm) = sink.into_arrays();
+    assert_eq!(bw.log_z, want.log_z);
+    assert_eq!(Some(scores_grad), want.grad.scores);
+    assert_eq!(bm, want.boundary_marginals);
+    assert_eq!(bw.grad.transition, want.grad.transition);
 }

@@ -26,6 +26,7 @@ pub struct CudaEngine {
     algorithm: Algorithm,
     ordinal: usize,
     linear: bool,
+    chunk_rows: Option<usize>,
 }
 
 impl CudaEngine {
@@ -35,7 +36,23 @@ impl CudaEngine {
             algorithm,
             ordinal,
             linear: true,
+            chunk_rows: None,
         }
+    }
+
+    /// Sets the rows asked of a [`PotentialSource`](semicrf_core::PotentialSource) at a
+    /// time, and delivered to a [`GradientSink`](semicrf_core::GradientSink) at a time
+    /// (`None`: about 1 MiB of rows, see [`CudaEngine::rows_per_chunk`]). Any value `>= 1`
+    /// gives the same results bitwise.
+    pub fn chunk_rows(mut self, rows: Option<usize>) -> Self {
+        self.chunk_rows = rows;
+        self
+    }
+
+    /// The rows per chunk of a streamed problem with `labels` labels: the configured number
+    /// (at least 1), or as many rows of one position tensor as fill 1 MiB in `f64`.
+    pub fn rows_per_chunk(&self, labels: usize) -> usize {
+        self.chunk_rows.unwrap_or((1 << 17) / labels.max(1)).max(1)
     }
 
     /// The same engine without the linear-domain kernels (`kernels/meet.cu`): the log
@@ -257,16 +274,21 @@ impl CudaEngine {
         Ok(gpu)
     }
 
+    /// Whether the log semiring's static form may run in the linear-domain kernels.
+    pub(crate) fn linear(&self) -> bool {
+        self.linear
+    }
+
     pub(crate) fn backend(&self) -> String {
         format!("cuda/{}", self.algorithm)
     }
 
-    fn gpu(&self) -> Result<std::sync::Arc<device::Gpu>> {
+    pub(crate) fn gpu(&self) -> Result<std::sync::Arc<device::Gpu>> {
         device::gpu(self.ordinal, &self.backend())
     }
 
     /// Whether this engine runs the edge-form kernels.
-    fn edge_form(&self) -> bool {
+    pub(crate) fn edge_form(&self) -> bool {
         self.algorithm != Algorithm::Streaming
     }
 
@@ -284,7 +306,7 @@ impl CudaEngine {
         }
     }
 
-    fn semiring<S: Semiring>(&self) -> Result<SemiringId> {
+    pub(crate) fn semiring<S: Semiring>(&self) -> Result<SemiringId> {
         match S::NAME {
             "log" => Ok(SemiringId::Log),
             "max" => Ok(SemiringId::Max),

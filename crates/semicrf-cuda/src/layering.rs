@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The layers, lowest first (the crate docs' table).
-const ORDER: [&str; 12] = [
+const ORDER: [&str; 13] = [
     "tuning",
     "kernel",
     "device",
@@ -19,6 +19,7 @@ const ORDER: [&str; 12] = [
     "resident",
     "outputs",
     "engine",
+    "streamed",
 ];
 
 /// Modules for tests only, which may use any other.

@@ -122,6 +122,22 @@
 //! batch is summed on the host in ascending order: results are bitwise identical from run to
 //! run. No float atomics are used.
 //!
+//! # Potentials from a source
+//!
+//! [`CudaEngine`] also implements [`SourceEngine`]: a problem whose scores and boundaries
+//! come from a [`PotentialSource`](semicrf_core::PotentialSource) chunk by chunk
+//! ([`StreamedPotentials`](semicrf_core::StreamedPotentials)). The rows are asked of the
+//! source [`CudaEngine::rows_per_chunk`] at a time, checked as the core checks them, and
+//! copied to the device through the two halves of the page-locked buffer (the host fills
+//! one while the bus moves the other); the backward pass's position-wise results come back
+//! the same way, chunk by chunk, to a [`GradientSink`](semicrf_core::GradientSink), each
+//! sequence's last rows first; a Viterbi's traceback reads the backpointers from the device
+//! the same number of rows at a time. The host never holds a `(B, T, C)` array; the device holds
+//! the whole position tensors, as for arrays, and runs the same kernels on them, so the
+//! results are those of the same values given as arrays, bit for bit, for any chunk size
+//! (a test checks it), and [`SourceEngine::memory_required_streamed`] is
+//! [`EngineInfo::memory_required`] (model page §11).
+//!
 //! # The edge-form kernels (exact and scan)
 //!
 //! [`Algorithm::Exact`] and [`Algorithm::Scan`] run the model's edge-form recurrences over an
@@ -165,6 +181,7 @@
 //! | `resident` | potentials in device memory and results left there; their checks (`kernels/io.cu`) |
 //! | `outputs` | a backward pass's results written into the caller's device arrays; their checks, streams and `f32` conversion |
 //! | `engine` | [`CudaEngine`] |
+//! | `streamed` | [`CudaEngine`] on a potentials source ([`SourceEngine`]): rows uploaded chunk by chunk, gradients delivered chunk by chunk |
 #![deny(missing_docs)]
 
 mod call;
@@ -178,6 +195,7 @@ mod logdomain;
 mod meet;
 mod outputs;
 mod resident;
+mod streamed;
 mod streaming;
 mod transfer;
 mod tuning;
@@ -188,7 +206,7 @@ pub use engine::CudaEngine;
 pub use outputs::{DeviceArrayMut, DeviceOutputs, HostBackward};
 pub use resident::{DeviceArray, DeviceBackward, DevicePotentials, DevicePotentialsBuilder, Dtype};
 #[cfg(doc)]
-use semicrf_core::{Algorithm, Engine, EngineInfo, Error};
+use semicrf_core::{Algorithm, Engine, EngineInfo, Error, SourceEngine};
 
 #[cfg(test)]
 mod layering;

@@ -1,6 +1,6 @@
 //! What a call needs of a problem besides its position tensors, and where those come from.
 
-use semicrf_core::{Potentials, Scalar, Shape};
+use semicrf_core::{Potentials, Scalar, Shape, SharedParams};
 
 use crate::kernel::DevPtr;
 
@@ -38,6 +38,17 @@ impl Model {
     /// (`p`'s own scores are not used).
     pub(crate) fn with<F: Scalar>(
         p: &Potentials<'_, F>,
+        shape: Shape,
+        lengths: Vec<usize>,
+        has_bb: bool,
+        has_eb: bool,
+    ) -> Model {
+        Model::of_shared(&p.shared(), shape, lengths, has_bb, has_eb)
+    }
+
+    /// The model of shared parameters with a problem's shape, lengths and boundaries.
+    pub(crate) fn of_shared<F: Scalar>(
+        p: &SharedParams<'_, F>,
         shape: Shape,
         lengths: Vec<usize>,
         has_bb: bool,

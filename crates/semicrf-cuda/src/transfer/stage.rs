@@ -183,13 +183,13 @@ impl Gpu {
     }
 
     /// An event recorded on the stream now (no timing).
-    fn event(&self) -> Result<CudaEvent, DriverError> {
+    pub(crate) fn event(&self) -> Result<CudaEvent, DriverError> {
         self.stream
             .record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
     }
 
     /// The page-locked buffer, allocated on first use.
-    fn stage_buffer<'s>(
+    pub(crate) fn stage_buffer<'s>(
         &self,
         slot: &'s mut Option<PinnedHostSlice<u8>>,
     ) -> Result<&'s mut [u8], DriverError> {
