@@ -40,7 +40,8 @@ struct Args {
     const double* lz;   // (B) log Z (backward)
     const double* up;   // (B) upstream gradients (backward)
     double* ring;       // (B, K, C) forward r ring / backward w ring (log-weights)
-    double* ringh;      // (B, K, C) entropies of the ring entries (entropy semiring)
+    double* ringh;      // (B, K, C) entropies of the ring entries (entropy semiring); the
+                        // duration marginals label-major, [j*K + d-1] (static backward)
     double* ring2;      // (B, K, C) α ring (duration-dependent forward); (B, K, C) scratch
     double* ring2h;     // (B, K, C) entropies of the α ring
     double* alpha;      // (B, T+1, C) saved α_t (backward), or null
@@ -407,7 +408,9 @@ __device__ void bwd_flush(const Args& a, int b, const double* pd, const double* 
 // The window of label j at s is d = 1..min(km_j, y_j - s), y_j its first -inf score at or
 // after s (or L), split into tasks as the forward's. Each duration accumulator is written by
 // one thread a position, each transition accumulator by one thread for the whole pass. The
-// ring is label-major ([j*K + e mod K]); `a.ring2` holds the transposed durations.
+// ring and the duration accumulators are label-major ([j*K + e mod K], [j*K + d-1]; the
+// latter in shared memory or `a.ringh`, copied to `a.pdur` at the end); `a.ring2` holds the
+// transposed durations.
 //
 // Positions are staged in chunks of `ch` going down: rows lo..=hi of scores, begin boundary,
 // u and α, and the end boundary of the position before each.
@@ -430,7 +433,7 @@ __device__ void bwd_static(const Args& a) {
     double* next = ebs + ch * C + win_words(C);
     double* wx = a.smem_ring ? next : a.ring + (i64)b * K * C;
     if (a.smem_ring) next += K * C;
-    double* pd = a.smem_acc ? next : a.pdur + (i64)b * K * C;
+    double* pd = a.smem_acc ? next : a.ringh + (i64)b * K * C;
     double* pt = a.smem_acc ? next + K * C : a.ptr + (i64)b * C * C;
     STREAM_SMEM_END(a.smem_acc ? next + K * C + C * C : next);
     double* durT = a.ring2 + (i64)b * K * C;
@@ -481,7 +484,7 @@ __device__ void bwd_static(const Args& a) {
                     wj[e] = wv;
                     const double x = wv + dj[d - 1];
                     acc.add(x, 0.0, 0);
-                    pd[(d - 1) * C + j] += exp(ub + x - z);
+                    pd[j * K + d - 1] += exp(ub + x - z);
                     e = slot_fwd(e, team, K);
                 }
             }
@@ -531,7 +534,10 @@ __device__ void bwd_static(const Args& a) {
         __syncthreads();
     }
     __syncthreads();
-    bwd_flush(a, b, pd, pt, C * C);
+    for (i64 x = threadIdx.x; x < K * C; x += blockDim.x)
+        a.pdur[(i64)b * K * C + (x % K) * C + x / K] = pd[x];
+    if (a.smem_acc)
+        for (i64 x = threadIdx.x; x < C * C; x += blockDim.x) a.ptr[(i64)b * C * C + x] = pt[x];
     bwd_tail(a, b, L);
 }
 

@@ -270,8 +270,9 @@ impl LogGrads {
         })
     }
 
-    /// Fills the backward's arguments (the rings and `log_z` on the device are returned to
-    /// be kept alive until the launch is done).
+    /// Fills the backward's arguments (the rings, the static form's label-major duration
+    /// marginals and `log_z` on the device are returned to be kept alive until the launch is
+    /// done).
     pub(crate) fn fill(
         &self,
         call: &StreamCall<'_>,
@@ -279,16 +280,18 @@ impl LogGrads {
         log_z: &[f64],
         alpha: DevPtr,
         u: DevPtr,
-    ) -> Result<[CudaSlice<f64>; 3]> {
+    ) -> Result<[CudaSlice<f64>; 4]> {
         let sh = call.shape;
         let n = sh.batch * sh.max_duration * sh.labels;
         let ring = call.zeros::<f64>(n)?;
         let ring2 = call.zeros::<f64>(n)?;
+        let pdur = call.zeros::<f64>(n)?;
         let lz = call.gpu.upload(log_z).map_err(|e| call.err(e))?;
         a.up = call.up;
         a.lz = call.ptr(&lz);
         a.ring = call.ptr(&ring);
         a.ring2 = call.ptr(&ring2);
+        a.ringh = call.ptr(&pdur);
         a.alpha = alpha;
         a.u = u;
         a.gsc = self.gsc.ptr(call);
@@ -299,7 +302,7 @@ impl LogGrads {
         a.ptr = call.ptr(part(&self.ptr, call)?);
         a.pst = self.pst;
         a.pen = self.pen;
-        Ok([ring, ring2, lz])
+        Ok([ring, ring2, lz, pdur])
     }
 }
 

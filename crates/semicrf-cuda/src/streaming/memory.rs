@@ -61,10 +61,10 @@ pub(crate) fn bytes(
                 ..lb
             };
             // The rerun reuses the saved rows (more than (B, T+1, C) each) and the outputs;
-            // it needs log Z, three rings and its own duration and transition marginals.
+            // it needs log Z, five rings and its own duration and transition marginals.
             meet::bytes(shape, true, lay, true)
                 + ByteCount::f64s(&[b])
-                + rings(4)
+                + rings(5)
                 + ByteCount::f64s(&[b, c, c])
                 + lists
                 + lists
@@ -75,8 +75,8 @@ pub(crate) fn bytes(
             } else {
                 ByteCount::f64s(&[b, c, c])
             };
-            // The forward's rings stay allocated next to the backward's two.
-            rings(4)
+            // The forward's two rings stay allocated next to the backward's three.
+            rings(5)
                 + ByteCount::f64s(&[2, b])
                 + ByteCount::f64s(&[2, b, t1, c])
                 + ByteCount::f64s(&[if given[0] { 3 } else { 2 }, b, t, c])
