@@ -4,8 +4,13 @@
 //!
 //! ```text
 //! cargo run --release -p semicrf-bench --features cuda --bin gene_shape -- \
-//!     [--repeats 3] [--cpu-only] [T=20000] [K=8192] [C=50] [CODING=40] [SEED=1]
+//!     [--repeats 3] [--cpu-only] [--log-domain] [T=20000] [K=8192] [C=50] [CODING=40] [SEED=1]
 //! ```
+//!
+//! `--log-domain` times the CUDA engine's log-domain kernels alone
+//! ([`semicrf_cuda::CudaEngine::log_domain_only`]) as well: by default the log semiring's
+//! forward and backward run in the linear-domain kernels where the labels allow. The line
+//! `reruns` counts the sequences those handed to the log-domain kernels.
 //!
 //! The problem (`f64`, batch of one, seeded, synthetic) has the structure of a gene model's:
 //!
@@ -126,9 +131,9 @@ impl Arrays {
     }
 }
 
-/// The command line: `(repeats, cpu only, shape)`.
-fn args() -> (usize, bool, GeneShape) {
-    let (repeats, given, rest) = semicrf_bench::timing_args(3, &["--cpu-only"]);
+/// The command line: `(repeats, [cpu only, log domain too], shape)`.
+fn args() -> (usize, Vec<bool>, GeneShape) {
+    let (repeats, given, rest) = semicrf_bench::timing_args(3, &["--cpu-only", "--log-domain"]);
     let mut s = GeneShape {
         t: 20000,
         k: 8192,
@@ -151,7 +156,7 @@ fn args() -> (usize, bool, GeneShape) {
         }
     }
     assert!(s.coding < s.c, "CODING must be below C");
-    (repeats, given[0], s)
+    (repeats, given, s)
 }
 
 /// The three operations' results of one engine.
@@ -211,7 +216,8 @@ fn agree(a: &Results, b: &Results) -> bool {
 }
 
 fn main() {
-    let (repeats, cpu_only, s) = args();
+    let (repeats, given, s) = args();
+    let (cpu_only, log_domain) = (given[0], given[1]);
     let arrays = s.arrays();
     let p = Problem::Structured(arrays.view(s.k));
     let cuts = arrays.scores.iter().filter(|x| x.is_infinite()).count();
@@ -243,16 +249,28 @@ fn main() {
         println!("cuda: skipped (no usable GPU; the reason is above)");
         return;
     };
-    let cuda = AnyEngine::Cuda(gpu);
-    let (gt, gr) = measure(&cuda, &p, repeats);
-    line("cuda/streaming", &gt);
-    let ratios: Vec<String> = names
-        .iter()
-        .zip(ct.iter().zip(&gt))
-        .map(|(n, (c, g))| format!("{n} {:.2}x", c / g))
-        .collect();
-    println!("cpu/cuda: {}", ratios.join(", "));
-    if !agree(&cr, &gr) {
+    let mut ok = true;
+    let engines = [
+        Some(("cuda/streaming", gpu)),
+        log_domain.then(|| ("cuda/streaming (log domain only)", gpu.log_domain_only())),
+    ];
+    for (name, e) in engines.into_iter().flatten() {
+        let reruns = semicrf_cuda::CudaEngine::reruns();
+        let (gt, gr) = measure(&AnyEngine::Cuda(e), &p, repeats);
+        line(name, &gt);
+        let ratios: Vec<String> = names
+            .iter()
+            .zip(ct.iter().zip(&gt))
+            .map(|(n, (c, g))| format!("{n} {:.2}x", c / g))
+            .collect();
+        println!("cpu/cuda: {}", ratios.join(", "));
+        println!(
+            "reruns: {} sequences handed to the log-domain kernels",
+            semicrf_cuda::CudaEngine::reruns() - reruns
+        );
+        ok &= agree(&cr, &gr);
+    }
+    if !ok {
         std::process::exit(1);
     }
 }
