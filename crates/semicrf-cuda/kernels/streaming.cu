@@ -17,6 +17,16 @@
 #define KERNELS_STREAMING_CU
 
 #include "semiring.cuh"
+#include "window.cuh"
+
+// Dynamic shared memory (the CPU emulation of tests/emu gives its own, and checks the end of
+// what a kernel places there against the launch's bytes).
+#ifndef STREAM_SMEM
+#define STREAM_SMEM(name) extern __shared__ double name[]
+#endif
+#ifndef STREAM_SMEM_END
+#define STREAM_SMEM_END(end)
+#endif
 
 struct Args {
     const double* sc;   // (B, T, C) scores (f32 when `f32in`: read them with `ld_in`)
@@ -30,7 +40,8 @@ struct Args {
     const double* lz;   // (B) log Z (backward)
     const double* up;   // (B) upstream gradients (backward)
     double* ring;       // (B, K, C) forward r ring / backward w ring (log-weights)
-    double* ringh;      // (B, K, C) entropies of the ring entries (entropy semiring)
+    double* ringh;      // (B, K, C) entropies of the ring entries (entropy semiring); the
+                        // duration marginals label-major, [j*K + d-1] (static backward)
     double* ring2;      // (B, K, C) α ring (duration-dependent forward); (B, K, C) scratch
     double* ring2h;     // (B, K, C) entropies of the α ring
     double* alpha;      // (B, T+1, C) saved α_t (backward), or null
@@ -112,7 +123,8 @@ __device__ __forceinline__ I slot_fwd(I x, int y, I K) {
 
 // ---------------------------------------------------------------------------------------
 // Forward, static (C, C) transition, in semiring SR. With `a.alpha`/`a.u` set it saves α and
-// u for the backward pass; with `a.bpd` set it records Viterbi backpointers (SR_MAX).
+// u for the backward pass; with `a.bpd` set it records Viterbi backpointers (SR_MAX). The ring
+// is label-major ([j*K + s mod K]); `a.ring2` holds the transposed durations.
 template <int SR>
 __device__ void fwd_static(const Args& a) {
     const int b = a.seq ? a.seq[blockIdx.x] : (int)blockIdx.x;
@@ -122,19 +134,24 @@ __device__ void fwd_static(const Args& a) {
     int wb = 1;  // lanes of the team that reduce over the C previous labels
     while (wb < C && wb < team) wb <<= 1;
     // Shared memory: α and its entropy, the staged rows of scores, end and begin boundaries,
-    // then the ring when it fits.
-    extern __shared__ double smem[];
+    // the windows, then the ring when it fits.
+    STREAM_SMEM(smem);
     double* ax = smem;
     double* ah = ax + C;
     double* scs = ah + C;
     double* ebs = scs + ch * C;
     double* bbs = ebs + ch * C;
-    double* rx = a.smem_ring ? bbs + ch * C : a.ring + (i64)b * K * C;
+    const Win w = win_at(bbs + ch * C, C);
+    double* end = bbs + ch * C + win_words(C);
+    double* rx = a.smem_ring ? end : a.ring + (i64)b * K * C;
     double* rh = SR != SR_ENT ? nullptr : a.smem_ring ? rx + K * C : a.ringh + (i64)b * K * C;
+    double* durT = a.ring2 + (i64)b * K * C;
+    STREAM_SMEM_END(a.smem_ring ? rx + (SR == SR_ENT ? 2 : 1) * K * C : end);
 
+    win_init(a.dur, K, C, w, durT, 0);
     for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
-        rx[j] = a.st[j] + opt_at(a.bb, a, b, 0, j);
-        if (SR == SR_ENT) rh[j] = 0.0;
+        rx[j * K] = a.st[j] + opt_at(a.bb, a, b, 0, j);
+        if (SR == SR_ENT) rh[j * K] = 0.0;
         if (a.u) SAVED(a.u, b, 0, j) = a.st[j];
     }
     i64 tk = 0, r = ch - 1;  // t mod K; the row of t - 1 in the staged chunk
@@ -148,41 +165,50 @@ __device__ void fwd_static(const Args& a) {
             stage(bbs, a.bb, a, b, a.T, t - 1, 1, ch, L, true);
             __syncthreads();
         }
-        const i64 nd = t < K ? t : K;
-        for (i64 jb = 0; jb < C; jb += nteams) {
-            const i64 j = jb + g;
-            const bool act = j < C;
-            Two<SR> acc;
+        win_plan(w, C, team, [&](i64 j) {
+            if (scs[r * C + j] == neg_inf()) w.z[j] = t;
+            const i64 n = t - w.z[j];
+            return n < w.km[j] ? n : (i64)w.km[j];
+        });
+        __syncthreads();
+        const int tasks = w.off[C];
+        const i64 span = *w.span;
+        for (int kb = 0; kb < tasks; kb += nteams) {
+            const int k = kb + g;
+            Acc<SR> acc;
             acc.init();
-            const i64 slot0 = slot_back(tk, l + 1, K);  // the slot of start t - (l + 1)
-            if (act) {
+            if (k < tasks) {
+                const i64 j = win_label(w, C, k);
+                const i64 d0 = (k - w.off[j]) * span + 1 + l;
+                const i64 d1 = (k - w.off[j] + 1) * span < w.n[j] ? (k - w.off[j] + 1) * span
+                                                                   : (i64)w.n[j];
                 const double sv = scs[r * C + j];
-                i64 slot = slot0;
-                for (i64 d = l + 1; d <= nd; d += team) {
-                    const i64 q = slot * C + j;
-                    const double x = rx[q] + sv;
-                    rx[q] = x;
-                    acc.max(x + a.dur[(d - 1) * C + j], (int)d);
+                double* rj = rx + j * K;
+                const double* dj = durT + j * K;
+                i64 slot = slot_back(tk, (int)d0, K);  // the slot of start t - d
+                for (i64 d = d0; d <= d1; d += team) {
+                    const double x = rj[slot] + sv;
+                    rj[slot] = x;
+                    acc.add(x + dj[d - 1], SR == SR_ENT ? rh[j * K + slot] : 0.0, (int)d);
                     slot = slot_back(slot, team, K);
                 }
             }
-            acc.max_reduce(team);
-            if (act && SR != SR_MAX) {
-                i64 slot = slot0;
-                for (i64 d = l + 1; d <= nd; d += team) {
-                    const i64 q = slot * C + j;
-                    acc.sum(rx[q] + a.dur[(d - 1) * C + j], SR == SR_ENT ? rh[q] : 0.0);
-                    slot = slot_back(slot, team, K);
-                }
+            acc.team_reduce(team);
+            if (k < tasks && l == 0) {
+                w.pm[k] = acc.m;
+                w.ps[k] = acc.s;
+                w.pt[k] = acc.t;
+                w.pa[k] = acc.arg;
             }
-            acc.sum_reduce(team);
-            if (act && l == 0) {
-                const double x = acc.x() + ebs[r * C + j];
-                ax[j] = x;
-                if (SR == SR_ENT) ah[j] = acc.h();
-                if (a.alpha) SAVED(a.alpha, b, t, j) = x;
-                if (a.bpd) SAVED(a.bpd, b, t, j) = acc.arg;
-            }
+        }
+        __syncthreads();
+        for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
+            const Acc<SR> acc = win_merge<SR>(w, j);
+            const double x = acc.x() + ebs[r * C + j];
+            ax[j] = x;
+            if (SR == SR_ENT) ah[j] = acc.h();
+            if (a.alpha) SAVED(a.alpha, b, t, j) = x;
+            if (a.bpd) SAVED(a.bpd, b, t, j) = acc.arg;
         }
         __syncthreads();
         if (t == L) break;
@@ -202,7 +228,7 @@ __device__ void fwd_static(const Args& a) {
             acc.sum_reduce(wb);
             if (act && l == 0) {
                 const double x = acc.x();
-                const i64 q = tk * C + j;
+                const i64 q = j * K + tk;
                 rx[q] = x + bbs[r * C + j];
                 if (SR == SR_ENT) rh[q] = acc.h();
                 if (a.u) SAVED(a.u, b, t, j) = x;
@@ -235,7 +261,7 @@ __device__ void fwd_dd(const Args& a) {
     const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
     const int team = a.team, nteams = blockDim.x / team;
     const int g = threadIdx.x / team, l = threadIdx.x % team;
-    extern __shared__ double smem[];
+    STREAM_SMEM(smem);
     double* ax = smem;
     double* ah = ax + C;
     double* scs = ah + C;
@@ -350,11 +376,12 @@ __device__ void bwd_tail(const Args& a, int b, i64 L) {
 
 // Backward, both forms: the last position. β_L(j) = end[j] enters the w ring, and the end
 // marginals of position L - 1 (and of `end`) are exp(α_L(j) + end[j] - log Z).
-__device__ void bwd_begin(const Args& a, int b, i64 L, double z, double* wx) {
+// `lm`: the ring is label-major ([j*K + e mod K]; else [(e mod K)*C + j]).
+__device__ void bwd_begin(const Args& a, int b, i64 L, double z, double* wx, bool lm) {
     const i64 K = a.K, C = a.C;
     for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
         const double al = SAVED(a.alpha, b, L, j);
-        wx[(L % K) * C + j] = a.en[j] + opt_at(a.eb, a, b, L - 1, j);
+        wx[lm ? j * K + L % K : (L % K) * C + j] = a.en[j] + opt_at(a.eb, a, b, L - 1, j);
         const double em = exp(al + a.en[j] - z);
         a.pen[(i64)b * C + j] = em;
         AT(a.geb, b, L - 1, j) = em;
@@ -378,7 +405,12 @@ __device__ void bwd_flush(const Args& a, int b, const double* pd, const double* 
 //     begin     exp(u_s(j) + γ_s(j) - log Z)
 //     end       exp(α_e(i) + β_e(i) - log Z)
 //     transition exp(α_s(i) + transition[i, j] + γ_s(j) - log Z)
-// Each duration and transition accumulator is owned by one thread for the whole pass.
+// The window of label j at s is d = 1..min(km_j, y_j - s), y_j its first -inf score at or
+// after s (or L), split into tasks as the forward's. Each duration accumulator is written by
+// one thread a position, each transition accumulator by one thread for the whole pass. The
+// ring and the duration accumulators are label-major ([j*K + e mod K], [j*K + d-1]; the
+// latter in shared memory or `a.ringh`, copied to `a.pdur` at the end); `a.ring2` holds the
+// transposed durations.
 //
 // Positions are staged in chunks of `ch` going down: rows lo..=hi of scores, begin boundary,
 // u and α, and the end boundary of the position before each.
@@ -390,23 +422,27 @@ __device__ void bwd_static(const Args& a) {
     const int g = threadIdx.x / team, l = threadIdx.x % team;
     int wb = 1;  // lanes of the team that reduce over the C labels of the transition step
     while (wb < C && wb < team) wb <<= 1;
-    extern __shared__ double smem[];
+    STREAM_SMEM(smem);
     double* gam = smem;  // γ_s(j)
     double* scs = gam + 2 * C;
     double* bbs = scs + ch * C;
     double* us = bbs + ch * C;
     double* als = us + ch * C;
     double* ebs = als + ch * C;
-    double* next = ebs + ch * C;
+    const Win w = win_at(ebs + ch * C, C);
+    double* next = ebs + ch * C + win_words(C);
     double* wx = a.smem_ring ? next : a.ring + (i64)b * K * C;
     if (a.smem_ring) next += K * C;
-    double* pd = a.smem_acc ? next : a.pdur + (i64)b * K * C;
+    double* pd = a.smem_acc ? next : a.ringh + (i64)b * K * C;
     double* pt = a.smem_acc ? next + K * C : a.ptr + (i64)b * C * C;
+    STREAM_SMEM_END(a.smem_acc ? next + K * C + C * C : next);
+    double* durT = a.ring2 + (i64)b * K * C;
+    win_init(a.dur, K, C, w, durT, L);
     for (i64 x = threadIdx.x; x < K * C; x += blockDim.x) pd[x] = 0.0;
     for (i64 x = threadIdx.x; x < C * C; x += blockDim.x) pt[x] = 0.0;
     __syncthreads();
 
-    bwd_begin(a, b, L, z, wx);
+    bwd_begin(a, b, L, z, wx, true);
     i64 lo = L, sk = L % K;  // the staged chunk starts at lo; s mod K
     for (i64 s = L - 1; s >= 0; --s) {
         sk = sk == 0 ? K - 1 : sk - 1;
@@ -421,46 +457,52 @@ __device__ void bwd_static(const Args& a) {
             __syncthreads();
         }
         const i64 r = s - lo;
-        const i64 nd = (L - s) < K ? (L - s) : K;
-        for (i64 jb = 0; jb < C; jb += nteams) {
-            const i64 j = jb + g;
-            const bool act = j < C;
-            Two<SR_LOG> acc;
+        win_plan(w, C, team, [&](i64 j) {
+            if (scs[r * C + j] == neg_inf()) w.z[j] = s;
+            const i64 n = w.z[j] - s;
+            return n < w.km[j] ? n : (i64)w.km[j];
+        });
+        __syncthreads();
+        const int tasks = w.off[C];
+        const i64 span = *w.span;
+        for (int kb = 0; kb < tasks; kb += nteams) {
+            const int k = kb + g;
+            Acc<SR_LOG> acc;
             acc.init();
-            double uu = 0.0, ub = 0.0, bbv = 0.0;
-            const i64 e0 = slot_fwd(sk, l + 1, K);  // the slot of end s + l + 1
-            if (act) {
+            if (k < tasks) {
+                const i64 j = win_label(w, C, k);
+                const i64 d0 = (k - w.off[j]) * span + 1 + l;
+                const i64 d1 = (k - w.off[j] + 1) * span < w.n[j] ? (k - w.off[j] + 1) * span
+                                                                   : (i64)w.n[j];
                 const double sv = scs[r * C + j];
-                bbv = bbs[r * C + j];
-                uu = us[r * C + j];
-                ub = uu + bbv;
-                i64 e = e0;
-                for (i64 d = l + 1; d <= nd; d += team) {
-                    const i64 q = e * C + j;
-                    e = slot_fwd(e, team, K);
-                    const double w = wx[q] + sv;
-                    wx[q] = w;
-                    const double x = w + a.dur[(d - 1) * C + j];
-                    acc.max(x, 0);
-                    pd[(d - 1) * C + j] += exp(ub + x - z);
-                }
-            }
-            acc.max_reduce(team);
-            if (act) {
-                i64 e = e0;
-                for (i64 d = l + 1; d <= nd; d += team) {
-                    acc.sum(wx[e * C + j] + a.dur[(d - 1) * C + j], 0.0);
+                const double ub = us[r * C + j] + bbs[r * C + j];
+                double* wj = wx + j * K;
+                const double* dj = durT + j * K;
+                i64 e = slot_fwd(sk, (int)d0, K);  // the slot of end s + d
+                for (i64 d = d0; d <= d1; d += team) {
+                    const double wv = wj[e] + sv;
+                    wj[e] = wv;
+                    const double x = wv + dj[d - 1];
+                    acc.add(x, 0.0, 0);
+                    pd[j * K + d - 1] += exp(ub + x - z);
                     e = slot_fwd(e, team, K);
                 }
             }
-            acc.sum_reduce(team);
-            if (act && l == 0) {
-                const double gs = acc.x() + bbv;
-                gam[j] = gs;
-                const double bm = exp(uu + gs - z);
-                AT(a.gbb, b, s, j) = bm;
-                if (s == 0) a.pst[(i64)b * C + j] = bm;
+            acc.team_reduce(team);
+            if (k < tasks && l == 0) {
+                w.pm[k] = acc.m;
+                w.ps[k] = acc.s;
+                w.pt[k] = acc.t;
+                w.pa[k] = acc.arg;
             }
+        }
+        __syncthreads();
+        for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
+            const double gs = win_merge<SR_LOG>(w, j).x() + bbs[r * C + j];
+            gam[j] = gs;
+            const double bm = exp(us[r * C + j] + gs - z);
+            AT(a.gbb, b, s, j) = bm;
+            if (s == 0) a.pst[(i64)b * C + j] = bm;
         }
         __syncthreads();
         if (s == 0) break;
@@ -486,13 +528,16 @@ __device__ void bwd_static(const Args& a) {
             if (act && l == 0) {
                 const double be = acc.x();
                 AT(a.geb, b, s - 1, i) = exp(al + be - z);
-                wx[sk * C + i] = be + ebs[r * C + i];
+                wx[i * K + sk] = be + ebs[r * C + i];
             }
         }
         __syncthreads();
     }
     __syncthreads();
-    bwd_flush(a, b, pd, pt, C * C);
+    for (i64 x = threadIdx.x; x < K * C; x += blockDim.x)
+        a.pdur[(i64)b * K * C + (x % K) * C + x / K] = pd[x];
+    if (a.smem_acc)
+        for (i64 x = threadIdx.x; x < C * C; x += blockDim.x) a.ptr[(i64)b * C * C + x] = pt[x];
     bwd_tail(a, b, L);
 }
 
@@ -507,7 +552,7 @@ __device__ void bwd_dd(const Args& a) {
     const double z = a.lz[b];
     const int team = a.team, nteams = blockDim.x / team;
     const int g = threadIdx.x / team, l = threadIdx.x % team;
-    extern __shared__ double smem[];
+    STREAM_SMEM(smem);
     double* scs = smem + 2 * C;
     double* bbs = scs + ch * C;
     double* als = bbs + ch * C;
@@ -522,7 +567,7 @@ __device__ void bwd_dd(const Args& a) {
     for (i64 x = threadIdx.x; x < K * C * C; x += blockDim.x) pt[x] = 0.0;
     __syncthreads();
 
-    bwd_begin(a, b, L, z, wx);
+    bwd_begin(a, b, L, z, wx, false);
     i64 lo = L, sk = L % K;
     for (i64 s = L - 1; s >= 0; --s) {
         sk = sk == 0 ? K - 1 : sk - 1;

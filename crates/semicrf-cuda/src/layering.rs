@@ -23,7 +23,7 @@ const ORDER: [&str; 13] = [
 ];
 
 /// Modules for tests only, which may use any other.
-const TEST_ONLY: [&str; 3] = ["emu", "layering", "meet::tests"];
+const TEST_ONLY: [&str; 4] = ["emu", "layering", "meet::tests", "logdomain::tests"];
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {

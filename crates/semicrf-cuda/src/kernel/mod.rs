@@ -8,8 +8,9 @@ pub(crate) mod args;
 pub(crate) use args::{CheckArgs, DevPtr, EdgeArgs, MeetArgs, StreamArgs};
 
 /// The kernel sources by file name, as the `#include`s name them.
-pub(crate) const SOURCES: [(&str, &str); 9] = [
+pub(crate) const SOURCES: [(&str, &str); 10] = [
     ("semiring.cuh", include_str!("../../kernels/semiring.cuh")),
+    ("window.cuh", include_str!("../../kernels/window.cuh")),
     ("streaming.cu", include_str!("../../kernels/streaming.cu")),
     ("edge.cu", include_str!("../../kernels/edge.cu")),
     (
@@ -54,6 +55,15 @@ pub(crate) fn max_threads(p: usize) -> usize {
     if p > STEPS { 256 } else { 512 }
 }
 
+/// The window items of a position of the log-domain kernels (`kernels/streaming.cu`) are
+/// split into at most `C + TASKS` tasks (`LD_TASKS`), so that a long window is shared by every
+/// team of the block; their partial reductions are kept in shared memory.
+pub(crate) const TASKS: usize = 128;
+
+/// The fewest durations of one label a task of the log-domain kernels takes (`LD_SPAN`): fewer
+/// would make more partials to merge than they save.
+pub(crate) const SPAN: usize = 64;
+
 /// Which semiring a forward kernel runs (the kernels' template parameter `SR`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SemiringId {
@@ -76,6 +86,8 @@ pub(crate) fn shared_defines(p: usize) -> Vec<String> {
         format!("-DMT_RANGE={RANGE:?}"),
         format!("-DMT_P={p}"),
         format!("-DMT_LB={}", max_threads(p)),
+        format!("-DLD_TASKS={TASKS}"),
+        format!("-DLD_SPAN={SPAN}"),
     ]
 }
 

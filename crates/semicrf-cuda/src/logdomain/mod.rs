@@ -6,7 +6,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use semicrf_core::{Error, Result};
 
 use crate::call::{Buf, Seq, StreamCall, Targets};
-use crate::kernel::{DevPtr, Kernel, SemiringId, StreamArgs};
+use crate::kernel::{DevPtr, Kernel, SemiringId, StreamArgs, TASKS};
 
 /// A kernel's use of shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,14 +21,23 @@ pub(crate) struct Smem {
     pub bytes: usize,
 }
 
+/// Words (8 bytes) of the windows' bookkeeping of the static forward kernels for `C` labels
+/// (`win_words` in `kernels/streaming.cu`): the first admissible starts, three `int` arrays,
+/// and the tasks' partials.
+pub(crate) fn window_words(c: usize) -> usize {
+    let p = c + TASKS;
+    c + (3 * c + 3) / 2 + 3 * p + p.div_ceil(2)
+}
+
 /// Which kernel a layout is for: `(header words, stages, ring words, accumulator words)` per
 /// `K`, `C`.
 fn parts(kernel: Kernel, k: usize, c: usize) -> (usize, usize, usize, usize) {
     let kc = k * c;
     match kernel {
-        Kernel::FwdStaticEnt => (2 * c, 3, 2 * kc, 0),
+        Kernel::FwdStaticLog | Kernel::FwdStaticMax => (2 * c + window_words(c), 3, kc, 0),
+        Kernel::FwdStaticEnt => (2 * c + window_words(c), 3, 2 * kc, 0),
         Kernel::FwdDdEnt => (2 * c, 3, 3 * kc, 0),
-        Kernel::BwdStaticLog => (2 * c, 5, kc, kc + c * c),
+        Kernel::BwdStaticLog => (2 * c + window_words(c), 5, kc, kc + c * c),
         Kernel::BwdDdLog => (2 * c, 5, 2 * kc, kc + kc * c),
         Kernel::FwdDdLog | Kernel::FwdDdMax => (2 * c, 3, 2 * kc, 0),
         _ => (2 * c, 3, kc, 0),
@@ -158,7 +167,8 @@ impl StreamCall<'_> {
         };
         let r1 = self.zeros::<f64>(n)?;
         let r1h = opt(ent)?;
-        let r2 = opt(self.dd)?;
+        // The duration-dependent form's α ring; the static form's transposed durations.
+        let r2 = Some(self.zeros::<f64>(n)?);
         let r2h = opt(self.dd && ent)?;
         let own = match out {
             Some(_) => None,
@@ -260,8 +270,9 @@ impl LogGrads {
         })
     }
 
-    /// Fills the backward's arguments (the rings and `log_z` on the device are returned to
-    /// be kept alive until the launch is done).
+    /// Fills the backward's arguments (the rings, the static form's label-major duration
+    /// marginals and `log_z` on the device are returned to be kept alive until the launch is
+    /// done).
     pub(crate) fn fill(
         &self,
         call: &StreamCall<'_>,
@@ -269,16 +280,18 @@ impl LogGrads {
         log_z: &[f64],
         alpha: DevPtr,
         u: DevPtr,
-    ) -> Result<[CudaSlice<f64>; 3]> {
+    ) -> Result<[CudaSlice<f64>; 4]> {
         let sh = call.shape;
         let n = sh.batch * sh.max_duration * sh.labels;
         let ring = call.zeros::<f64>(n)?;
         let ring2 = call.zeros::<f64>(n)?;
+        let pdur = call.zeros::<f64>(n)?;
         let lz = call.gpu.upload(log_z).map_err(|e| call.err(e))?;
         a.up = call.up;
         a.lz = call.ptr(&lz);
         a.ring = call.ptr(&ring);
         a.ring2 = call.ptr(&ring2);
+        a.ringh = call.ptr(&pdur);
         a.alpha = alpha;
         a.u = u;
         a.gsc = self.gsc.ptr(call);
@@ -289,6 +302,9 @@ impl LogGrads {
         a.ptr = call.ptr(part(&self.ptr, call)?);
         a.pst = self.pst;
         a.pen = self.pen;
-        Ok([ring, ring2, lz])
+        Ok([ring, ring2, lz, pdur])
     }
 }
+
+#[cfg(test)]
+mod tests;

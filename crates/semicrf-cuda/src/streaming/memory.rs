@@ -39,15 +39,16 @@ pub(crate) fn bytes(
     let meet = meet && !dd && meet::fitting_plan(k, c, smem_limit).is_some();
     let work = match what {
         What::Forward(SemiringId::Entropy) => {
-            rings(if dd { 4 } else { 2 }) + ByteCount::f64s(&[2, b])
+            rings(if dd { 4 } else { 3 }) + ByteCount::f64s(&[2, b])
         }
         What::Forward(SemiringId::Log) if meet => {
             let lay = meet::layout(k, c, smem_limit, false);
-            meet::bytes(shape, false, lay, true) + rings(1) + lists
+            meet::bytes(shape, false, lay, true) + rings(2) + lists
         }
-        What::Forward(_) => rings(if dd { 2 } else { 1 }) + ByteCount::f64s(&[2, b]),
+        // The ring, and the α ring (duration-dependent) or the transposed durations.
+        What::Forward(_) => rings(2) + ByteCount::f64s(&[2, b]),
         What::Viterbi => {
-            rings(if dd { 2 } else { 1 })
+            rings(2)
                 + ByteCount::f64s(&[2, b])
                 + ByteCount::bytes(&[8, b, t1, c])
                 + ByteCount::f64s(&[b, c])
@@ -60,10 +61,10 @@ pub(crate) fn bytes(
                 ..lb
             };
             // The rerun reuses the saved rows (more than (B, T+1, C) each) and the outputs;
-            // it needs log Z, three rings and its own duration and transition marginals.
+            // it needs log Z, five rings and its own duration and transition marginals.
             meet::bytes(shape, true, lay, true)
                 + ByteCount::f64s(&[b])
-                + rings(4)
+                + rings(5)
                 + ByteCount::f64s(&[b, c, c])
                 + lists
                 + lists
@@ -74,8 +75,8 @@ pub(crate) fn bytes(
             } else {
                 ByteCount::f64s(&[b, c, c])
             };
-            // The forward's rings stay allocated next to the backward's two.
-            rings(if dd { 4 } else { 3 })
+            // The forward's two rings stay allocated next to the backward's three.
+            rings(5)
                 + ByteCount::f64s(&[2, b])
                 + ByteCount::f64s(&[2, b, t1, c])
                 + ByteCount::f64s(&[if given[0] { 3 } else { 2 }, b, t, c])
