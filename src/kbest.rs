@@ -14,27 +14,27 @@ use crate::{AnyEngine, AsProblem, SemiCrf};
 impl<F: Scalar> KBest<F> for AnyEngine {
     /// The CPU engines' k best; a CUDA engine is [`Error::Unsupported`].
     fn kbest(&self, problem: &Problem<'_, F>, k: usize) -> Result<Vec<Vec<Decoded>>> {
-        match self {
+        match *self {
             #[cfg(feature = "cpu")]
-            AnyEngine::Exact(e) => e.kbest(problem, k),
+            AnyEngine::Exact(ref e) => e.kbest(problem, k),
             #[cfg(feature = "cpu")]
-            AnyEngine::Scan(e) => e.kbest(problem, k),
+            AnyEngine::Scan(ref e) => e.kbest(problem, k),
             #[cfg(feature = "cpu")]
-            AnyEngine::Streaming(e) => e.kbest(problem, k),
+            AnyEngine::Streaming(ref e) => e.kbest(problem, k),
             #[cfg(feature = "cuda")]
-            AnyEngine::Cuda(e) => Err(no_cuda(e)),
+            AnyEngine::Cuda(ref e) => Err(no_cuda(e)),
         }
     }
     fn kbest_memory_required(&self, query: &Query, k: usize) -> Result<u64> {
-        match self {
+        match *self {
             #[cfg(feature = "cpu")]
-            AnyEngine::Exact(e) => KBest::<F>::kbest_memory_required(e, query, k),
+            AnyEngine::Exact(ref e) => KBest::<F>::kbest_memory_required(e, query, k),
             #[cfg(feature = "cpu")]
-            AnyEngine::Scan(e) => KBest::<F>::kbest_memory_required(e, query, k),
+            AnyEngine::Scan(ref e) => KBest::<F>::kbest_memory_required(e, query, k),
             #[cfg(feature = "cpu")]
-            AnyEngine::Streaming(e) => KBest::<F>::kbest_memory_required(e, query, k),
+            AnyEngine::Streaming(ref e) => KBest::<F>::kbest_memory_required(e, query, k),
             #[cfg(feature = "cuda")]
-            AnyEngine::Cuda(e) => Err(no_cuda(e)),
+            AnyEngine::Cuda(ref e) => Err(no_cuda(e)),
         }
     }
 }
