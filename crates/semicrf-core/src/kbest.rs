@@ -290,11 +290,12 @@ fn trace(table: &Table, len: usize, last: usize, r: usize) -> Vec<Segment> {
 }
 
 /// Bytes [`kbest_sequence`] allocates for a sequence of `len` positions with durations up
-/// to `kd`, `c` labels and `k` best, at most: the table of `len·C·k` entries of 16 bytes
-/// and its `len·C + 1` offsets, the lane of `kd·C` scores, the heap of `kd·C` candidates,
-/// and the result's `k` segmentations of at most `len` segments (24 bytes each).
+/// to `kd`, `c` labels and `k` best, at most: the table of at most `len·C·k` entries of 16
+/// bytes (counted twice: its vector grows by doubling) and its `len·C + 1` offsets, the lane
+/// of `kd·C` scores, the heap of `kd·C` candidates, and the result's `k` segmentations of at
+/// most `len` segments (24 bytes each).
 pub fn kbest_bytes(len: usize, kd: usize, c: usize, k: usize) -> ByteCount {
-    ByteCount::bytes(&[len, c, k, 16])
+    ByteCount::bytes(&[len, c, k, 32])
         + ByteCount::bytes(&[len.saturating_mul(c).saturating_add(1), 8])
         + ByteCount::f64s(&[kd, c])
         + ByteCount::bytes(&[kd, c, 32])
