@@ -117,6 +117,7 @@ mod as_problem;
 mod config;
 #[cfg(feature = "json")]
 pub mod interchange;
+mod kbest;
 mod streamed;
 
 use ndarray::{Array2, Array3, Array5};
@@ -140,6 +141,10 @@ pub use semicrf_core::{
     GradientArrays, GradientArraysParts, GradientRows, GradientSink, PotentialSource, RowCheck,
     SharedParams, SourceEngine, SourceRows, StreamedBackward, StreamedPotentials,
     StreamedPotentialsBuilder, check_magnitude,
+};
+pub use semicrf_core::{
+    KBest, PosteriorProblem, SegmentScores, StructuredScores, enumerate, kbest_bytes,
+    kbest_sequence, posterior_decode,
 };
 pub use semicrf_core::{range, reference};
 /// The CUDA engines and what only they offer (see the `cuda` feature).

@@ -11,6 +11,7 @@ offers the same on PyTorch tensors with autograd, on the CPU and on CUDA devices
 True
 """
 
+from ._kbest import KBest, kbest, posterior_decode
 from ._native import __version__, cuda_available, parse_memory_budget
 from ._numpy import (
     Marginals,
@@ -25,6 +26,9 @@ from ._numpy import (
 )
 
 __all__ = [
+    "KBest",
+    "kbest",
+    "posterior_decode",
     "Marginals",
     "Selection",
     "__version__",

@@ -34,6 +34,7 @@ from ._head import (
     SemiMarkovCRFHead,
     UniformDuration,
 )
+from ._torch_kbest import KBest, kbest, posterior_decode
 from ._torch_api import (
     Marginals,
     Viterbi,
@@ -49,6 +50,9 @@ from ._torch_api import (
 )
 
 __all__ = [
+    "kbest",
+    "posterior_decode",
+    "KBest",
     "log_partition",
     "nll",
     "viterbi",

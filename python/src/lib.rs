@@ -12,6 +12,7 @@ mod cuda;
 mod errors;
 mod grad;
 mod host;
+mod kbest;
 mod pool;
 
 use pyo3::prelude::*;
@@ -32,6 +33,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host::nll, m)?)?;
     m.add_function(wrap_pyfunction!(host::select, m)?)?;
     m.add_function(wrap_pyfunction!(host::backward, m)?)?;
+    m.add_function(wrap_pyfunction!(kbest::kbest, m)?)?;
+    m.add_function(wrap_pyfunction!(kbest::posterior_decode, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_available, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_log_partition, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_entropy, m)?)?;

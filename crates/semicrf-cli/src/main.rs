@@ -5,6 +5,7 @@
 //! backward pass, and prints one JSON object on stdout. Any error is one line
 //! `error: <message>` on stderr, with exit code 2 and nothing on stdout.
 
+mod kbest;
 mod size;
 
 use std::io::{Read, Write};
@@ -47,7 +48,13 @@ enum Command {
     /// `boundary_marginals`), `grad` (the gradients of the sum of log Z over the batch with
     /// respect to every input present, same keys and shapes), `backend` and `reason` (the
     /// engine chosen and why). With --no-grad, `boundary_marginals`, `marginals` and `grad`
-    /// are left out.
+    /// are left out. With --kbest N, `kbest` (after `entropy`): per sequence, its N best
+    /// segmentations, best first, as a list of {"score": s, "segments": [[start, duration,
+    /// label], ...]} (fewer where fewer have a finite score; ties compare segments from the
+    /// last one backwards, the smaller label, then the smaller duration, so the first is the
+    /// Viterbi segmentation). With --posterior, `posterior` (after `kbest`): per sequence the
+    /// posterior decoding, {"score": s, "segments": [...]}, the segmentation that maximises
+    /// the expected number of correctly labelled positions, s that expectation.
     ///
     /// Errors (malformed JSON, a missing key, a wrong shape, NaN or +inf, potentials too
     /// large in magnitude, a length out of range, an unavailable backend or device) print
@@ -74,6 +81,15 @@ struct EvalArgs {
     /// `marginals` and `boundary_marginals` (needed when some sequence has log Z = -inf).
     #[arg(long)]
     no_grad: bool,
+    /// Add `kbest`: the N highest-scoring segmentations of every sequence, best first, each
+    /// {"score", "segments"} (CPU engines only).
+    #[arg(long, value_name = "N")]
+    kbest: Option<usize>,
+    /// Add `posterior`: the posterior decoding of every sequence (the segmentation with the
+    /// most expected correctly labelled positions), {"score", "segments"}, its score that
+    /// expectation. Needs log Z > -inf for every sequence.
+    #[arg(long)]
+    posterior: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -218,10 +234,11 @@ fn eval(args: &EvalArgs) -> Result<String, Failure> {
     if !args.no_grad {
         ops.push(("grad", Op::Backward));
     }
-    let selections = ops
+    let mut selections = ops
         .iter()
         .map(|&(name, op)| crf.select(&problem, op).map(|s| (name, s)))
         .collect::<Result<Vec<_>, Error>>()?;
+    selections.extend(kbest::selections(&crf, &problem, args.kbest)?);
     let (backend, reason) = describe(&selections);
 
     let log_z = crf.log_partition(&problem)?;
@@ -285,6 +302,17 @@ fn eval(args: &EvalArgs) -> Result<String, Failure> {
         ),
         ("entropy".to_string(), Json::Arr(entropy)),
     ];
+    if let Some(k) = args.kbest {
+        fields.push(kbest::kbest(&crf, &problem, k)?);
+    }
+    if args.posterior {
+        fields.push(kbest::posterior(&crf, &problem).map_err(|e| match e {
+            Error::Infeasible { .. } => Failure::input(format!(
+                "{e}; it has no posterior to decode, rerun without --posterior"
+            )),
+            e => e.into(),
+        })?);
+    }
 
     if !args.no_grad {
         let out = crf.backward(&problem, None).map_err(|e| match e {

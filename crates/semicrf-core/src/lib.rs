@@ -76,9 +76,12 @@
 #![deny(missing_docs)]
 
 mod engine;
+pub mod enumerate;
 mod error;
+mod kbest;
 mod materialize;
 pub mod model;
+mod posterior;
 mod potentials;
 pub mod range;
 pub mod reference;
@@ -95,10 +98,12 @@ pub use engine::{
     select,
 };
 pub use error::{Error, Result};
+pub use kbest::{KBest, SegmentScores, StructuredScores, kbest_bytes, kbest_sequence};
 pub use materialize::{
     boundary_marginals_from_edges, edge_tensor_bytes, materialize, position_marginals_from_edges,
     pull_back,
 };
+pub use posterior::{PosteriorProblem, posterior_decode};
 pub use potentials::{
     EdgePotentials, OwnedPotentials, Potentials, PotentialsBuilder, Problem, Shape, Transition,
 };

@@ -6,6 +6,7 @@
 
 mod edge;
 mod exact;
+mod kbest;
 mod par;
 mod scan;
 mod streaming;
