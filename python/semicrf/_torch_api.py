@@ -54,11 +54,11 @@ class Marginals(NamedTuple):
     edges: Optional[Tensor]
 
 
-def _problem(scores, lengths, max_duration, edges, **rest):
+def _problem(scores, lengths, max_duration, edges, for_engine=True, **rest):
     inputs = dict(scores=scores, edges=edges, **rest)
     if lengths is None:
         raise TypeError("lengths: required (one length per sequence)")
-    return check(inputs, lengths, max_duration)
+    return check(inputs, lengths, max_duration, for_engine)
 
 
 def log_partition(
@@ -165,6 +165,7 @@ def gold_score(
         lengths,
         max_duration,
         edges,
+        for_engine=False,
         transition=transition,
         duration=duration,
         start=start,

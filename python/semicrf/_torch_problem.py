@@ -53,14 +53,18 @@ def compute_dtype(tensors: Sequence[Optional[Tensor]]) -> torch.dtype:
 
 
 def check(
-    inputs: Dict[str, Optional[Tensor]], lengths, max_duration: Optional[int]
+    inputs: Dict[str, Optional[Tensor]],
+    lengths,
+    max_duration: Optional[int],
+    for_engine: bool = True,
 ) -> Tuple[Dict[str, Optional[Tensor]], Tensor, int]:
     """Checks a problem given as tensors; returns (inputs, lengths as int64 on the host, K).
 
     Raises ValueError naming the tensor for a wrong device, rank or shape, TypeError for a
     non-tensor or a tensor of a dtype that is not floating (integer for `lengths`).
     On a device, the lengths and the shared parameters come to the host in one copy (the
-    engine takes both there); the parameters' copies ride on the returned lengths.
+    engine takes both there); the parameters' copies ride on the returned lengths. Callers
+    that run no engine (`gold_score`) pass `for_engine=False`: the lengths come alone.
     """
     scores, edges = inputs.get("scores"), inputs.get("edges")
     if (scores is None) == (edges is None):
@@ -111,7 +115,7 @@ def check(
             if t is not None and t.shape != shape:
                 raise ValueError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
     lengths = _lengths_tensor(lengths, batch, device)
-    if device.type in DEVICE_TYPES and main_name == "scores" and not _compiling():
+    if for_engine and device.type in DEVICE_TYPES and main_name == "scores" and not _compiling():
         shared = [(n, inputs[n]) for n in SHARED if inputs.get(n) is not None]
         return inputs, _with_shared(lengths, shared, t_max), k
     host = lengths.detach().to("cpu", torch.int64)
