@@ -79,9 +79,11 @@ mod engine;
 mod error;
 mod materialize;
 pub mod model;
+pub mod partial;
 mod potentials;
 pub mod range;
 pub mod reference;
+pub mod sample;
 mod scalar;
 mod segments;
 mod sink;
@@ -102,6 +104,7 @@ pub use materialize::{
 pub use potentials::{
     EdgePotentials, OwnedPotentials, Potentials, PotentialsBuilder, Problem, Shape, Transition,
 };
+pub use sample::{ForwardBlocks, Sampler, Samples};
 pub use scalar::Scalar;
 pub use segments::{
     decode_best, gold_score, gold_score_edges, gold_score_pull_back, labels_from_segments,

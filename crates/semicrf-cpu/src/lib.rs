@@ -7,6 +7,7 @@
 mod edge;
 mod exact;
 mod par;
+mod sample;
 mod scan;
 mod streaming;
 
