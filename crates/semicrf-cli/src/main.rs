@@ -205,7 +205,7 @@ fn read_input(path: &PathBuf) -> Result<String, Failure> {
 }
 
 /// The input's name in messages.
-fn shown_name(input: &PathBuf) -> String {
+fn shown_name(input: &std::path::Path) -> String {
     if input.as_os_str() == "-" {
         "<stdin>".to_string()
     } else {

@@ -28,7 +28,7 @@ pub fn check_partial_labels<F: Scalar>(
     let sh = problem.shape();
     if labels.dim() != (sh.batch, sh.len) {
         return Err(Error::Shape {
-            tensor: "partial_labels".into(),
+            tensor: "partial_labels",
             got: labels.shape().to_vec(),
             expected: "(B, T)".into(),
         });
@@ -123,34 +123,34 @@ pub fn restrict<F: Scalar>(
 
 /// The restricted problem: `problem` with the tensor of [`restrict`] in place of its scores
 /// (or edges), every other input shared.
-pub fn restricted_problem<'a, F: Scalar>(
-    problem: &Problem<'a, F>,
-    restricted: &'a Restricted<F>,
-) -> Result<Problem<'a, F>> {
+pub fn restricted_problem<'r, F: Scalar>(
+    problem: &'r Problem<'_, F>,
+    restricted: &'r Restricted<F>,
+) -> Result<Problem<'r, F>> {
     Ok(match (problem, restricted) {
         (Problem::Structured(p), Restricted::Scores(scores)) => {
             let sh = p.shape();
             let mut b = Potentials::builder(scores.view(), p.lengths(), sh.max_duration);
             if let Some(t) = p.transition() {
                 b = match t {
-                    crate::Transition::Static(t) => b.transition(t.clone()),
-                    crate::Transition::DurationDependent(t) => b.transition(t.clone()),
+                    crate::Transition::Static(t) => b.transition(t.view()),
+                    crate::Transition::DurationDependent(t) => b.transition(t.view()),
                 };
             }
             if let Some(t) = p.duration() {
-                b = b.duration(t.clone());
+                b = b.duration(t.view());
             }
             if let Some(t) = p.start() {
-                b = b.start(t.clone());
+                b = b.start(t.view());
             }
             if let Some(t) = p.end() {
-                b = b.end(t.clone());
+                b = b.end(t.view());
             }
             if let Some(t) = p.begin_boundary() {
-                b = b.begin_boundary(t.clone());
+                b = b.begin_boundary(t.view());
             }
             if let Some(t) = p.end_boundary() {
-                b = b.end_boundary(t.clone());
+                b = b.end_boundary(t.view());
             }
             Problem::Structured(b.build()?)
         }
