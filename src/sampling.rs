@@ -37,10 +37,12 @@ impl SemiCrf {
     /// Reproducible: the same `seed` gives the same samples on any number of threads
     /// (sample `i` of sequence `b` draws from its own generator keyed by `(seed, b, i)`,
     /// [`sample_rng`](crate::sample::sample_rng)); exact and scan give the same samples, and
-    /// so does streaming except where rounding decides between two choices. Memory: the
-    /// engine's backward pass's, at most (the streaming engine recomputes one block of
-    /// forward values at a time from checkpoints). Fails with [`Error::Infeasible`] naming a
-    /// sequence without a finite segmentation, and [`Error::Unsupported`] on a CUDA device.
+    /// so does streaming except where rounding decides between two choices. The engine is
+    /// chosen as for a backward pass, whose memory is of the same order (the streaming
+    /// engine recomputes one block of forward values at a time from checkpoints,
+    /// `O(K·C + sqrt(T·K)·C)` per sequence: [`model`](crate::model) §12). Fails with
+    /// [`Error::Infeasible`] naming a sequence without a finite segmentation, and
+    /// [`Error::Unsupported`] on a CUDA device.
     ///
     /// ```
     /// use semicrf::ndarray::{array, Array3};
