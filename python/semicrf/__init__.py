@@ -23,6 +23,7 @@ from ._numpy import (
     select,
     viterbi,
 )
+from ._sample import sample
 
 __all__ = [
     "Marginals",
@@ -35,6 +36,7 @@ __all__ = [
     "marginals",
     "nll",
     "parse_memory_budget",
+    "sample",
     "select",
     "viterbi",
 ]

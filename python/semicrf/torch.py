@@ -34,6 +34,8 @@ from ._head import (
     SemiMarkovCRFHead,
     UniformDuration,
 )
+from ._sample import Samples
+from ._sample import torch_sample as sample
 from ._torch_api import (
     Marginals,
     Viterbi,
@@ -50,6 +52,8 @@ from ._torch_api import (
 
 __all__ = [
     "log_partition",
+    "sample",
+    "Samples",
     "nll",
     "viterbi",
     "marginals",
