@@ -17,7 +17,7 @@ pub struct Input {
     pub problem: OwnedPotentials<f64>,
     /// `partial_labels`, `(B, T)`: a label index, or `-1` for unknown; `None` when the key is
     /// absent or `null`. Its shape and labels are checked against the problem when used
-    /// ([`check_partial_labels`](semicrf_core::partial::check_partial_labels)).
+    /// ([`check_partial_labels`](crate::partial::check_partial_labels)).
     pub partial_labels: Option<Array2<i64>>,
 }
 
