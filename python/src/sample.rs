@@ -5,8 +5,8 @@ use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use semicrf::SemiCrf;
-use semicrf::partial::{restrict, restricted_problem};
 use semicrf::ndarray::Array2;
+use semicrf::partial::{restrict, restricted_problem};
 
 use crate::args::{Args, with_problem};
 use crate::errors::{Failure, Outcome};
@@ -63,7 +63,9 @@ pub fn log_partition_partial<'py>(
     let args = Args::parse(kwargs, &["partial_labels"])?;
     let labels = partial_labels(&args)?;
     let crf = SemiCrf::with_config(args.config.clone());
-    let v = with_problem!(py, args, |p| Ok(crf.log_partition_partial(p, labels.view())?))?;
+    let v = with_problem!(py, args, |p| Ok(
+        crf.log_partition_partial(p, labels.view())?
+    ))?;
     Ok(PyArray1::from_vec(py, v))
 }
 
@@ -86,9 +88,9 @@ fn partial_labels(args: &Args<'_>) -> Outcome<Array2<i64>> {
     let v = args
         .extra("partial_labels")
         .ok_or_else(|| Failure::Type("missing keyword argument `partial_labels`".into()))?;
-    let rows: Vec<Vec<i64>> = v.extract().map_err(|_| {
-        Failure::Type("`partial_labels` must be a (B, T) array of integers".into())
-    })?;
+    let rows: Vec<Vec<i64>> = v
+        .extract()
+        .map_err(|_| Failure::Type("`partial_labels` must be a (B, T) array of integers".into()))?;
     let t = rows.first().map_or(0, Vec::len);
     if let Some(b) = rows.iter().position(|r| r.len() != t) {
         return Err(Failure::Value(format!(
