@@ -8,7 +8,10 @@
 //! compact, keys in the order of the specification, `-inf` as the string `"-inf"`.
 
 use crate::OwnedPotentials;
+
+mod partial;
 use ndarray::{ArrayD, ArrayViewD, Axis, IxDyn};
+pub use partial::{Input, parse_input};
 use serde_json::{Map, Value};
 
 /// The keys of a problem file.
@@ -34,6 +37,11 @@ pub fn parse_problem(text: &str) -> Result<OwnedPotentials<f64>, String> {
             kind(&value)
         ));
     };
+    problem_from_object(&obj)
+}
+
+/// The problem of a parsed JSON object (every key must be one of the problem's).
+fn problem_from_object(obj: &Map<String, Value>) -> Result<OwnedPotentials<f64>, String> {
     if let Some(key) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
         return Err(format!(
             "unknown key `{key}`; the keys of a problem are {}",
@@ -47,15 +55,15 @@ pub fn parse_problem(text: &str) -> Result<OwnedPotentials<f64>, String> {
         }
     };
     Ok(OwnedPotentials {
-        scores: tensor("scores", required(&obj, "scores")?)?,
+        scores: tensor("scores", required(obj, "scores")?)?,
         transition: optional("transition")?,
         duration: optional("duration")?,
         start: optional("start")?,
         end: optional("end")?,
         begin_boundary: optional("begin_boundary")?,
         end_boundary: optional("end_boundary")?,
-        lengths: lengths(required(&obj, "lengths")?)?,
-        max_duration: count(required(&obj, "max_duration")?)
+        lengths: lengths(required(obj, "lengths")?)?,
+        max_duration: count(required(obj, "max_duration")?)
             .ok_or_else(|| "`max_duration` must be a non-negative integer".to_string())?,
     })
 }

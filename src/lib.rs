@@ -118,6 +118,8 @@ mod config;
 #[cfg(feature = "json")]
 pub mod interchange;
 mod kbest;
+mod partial_labels;
+mod sampling;
 mod streamed;
 
 use ndarray::{Array2, Array3, Array5};
@@ -126,6 +128,7 @@ pub use any_engine::AnyEngine;
 use any_engine::cpu_threads;
 pub use as_problem::AsProblem;
 pub use config::{Backend, Config};
+pub use partial_labels::PartialBackward;
 
 pub use ndarray;
 pub use semicrf_core::{
@@ -137,6 +140,7 @@ pub use semicrf_core::{
     position_marginals_from_edges, pull_back, segments_from_labels, select, trace_back,
     validate_segmentation,
 };
+pub use semicrf_core::{ForwardBlocks, Sampler, Samples, partial, sample};
 pub use semicrf_core::{
     GradientArrays, GradientArraysParts, GradientRows, GradientSink, PotentialSource, RowCheck,
     SharedParams, SourceEngine, SourceRows, StreamedBackward, StreamedPotentials,
@@ -257,6 +261,16 @@ impl SemiCrf {
         op: Op,
     ) -> Result<Selection> {
         self.choose(&problem.as_problem(), op).map(|(s, _)| s)
+    }
+
+    /// [`SemiCrf::select`]'s choice with the engine itself, for the operations defined in
+    /// other files of this crate.
+    pub(crate) fn choose_for<F: Scalar>(
+        &self,
+        problem: &Problem<'_, F>,
+        op: Op,
+    ) -> Result<(Selection, AnyEngine)> {
+        self.choose(problem, op)
     }
 
     // Without any backend `AnyEngine` has no values: what follows the candidate's removal

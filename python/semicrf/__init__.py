@@ -24,6 +24,7 @@ from ._numpy import (
     select,
     viterbi,
 )
+from ._sample import sample
 
 __all__ = [
     "KBest",
@@ -39,6 +40,7 @@ __all__ = [
     "marginals",
     "nll",
     "parse_memory_budget",
+    "sample",
     "select",
     "viterbi",
 ]

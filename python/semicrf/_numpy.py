@@ -137,16 +137,22 @@ def log_partition(
     begin_boundary=None,
     end_boundary=None,
     edges=None,
+    partial_labels=None,
     backend: str = "auto",
     device: str = "cpu",
     memory_budget: Budget = None,
 ) -> np.ndarray:
-    """log Z of every sequence, `(B,)`; -inf where no segmentation has a finite score."""
+    """log Z of every sequence, `(B,)`; -inf where no segmentation has a finite score.
+    With `partial_labels` `(B, T)` (a label or -1 per position): log Z over the segmentations
+    that agree with them (-inf where none has a finite score)."""
     floats = dict(transition=transition, duration=duration, start=start, end=end,
                   begin_boundary=begin_boundary, end_boundary=end_boundary, edges=edges)
-    return _native.log_partition(
-        **_kwargs(scores, lengths, max_duration, backend, device, memory_budget, floats)
-    )
+    kw = _kwargs(scores, lengths, max_duration, backend, device, memory_budget, floats)
+    if partial_labels is not None:
+        from ._sample import labels_list
+
+        return _native.log_partition_partial(partial_labels=labels_list(partial_labels), **kw)
+    return _native.log_partition(**kw)
 
 
 @_problem_doc
@@ -235,7 +241,8 @@ def nll(
     lengths=None,
     max_duration: Optional[int] = None,
     *,
-    gold,
+    gold=None,
+    partial_labels=None,
     transition=None,
     duration=None,
     start=None,
@@ -249,9 +256,20 @@ def nll(
 ) -> np.ndarray:
     """The negative log-likelihood `log Z_b - score(gold_b)`, `(B,)`: never negative, +inf
     where the gold segmentation is forbidden. `gold`: an integer array `(B, T)` of labels
-    (runs longer than K are split), or one list of `(start, duration, label)` per sequence."""
+    (runs longer than K are split), or one list of `(start, duration, label)` per sequence.
+    Instead of `gold`, `partial_labels` `(B, T)` (a label or -1 per position): the partial
+    NLL `log Z_b - log Z_partial_b`, +inf where no agreeing segmentation is finite."""
     floats = dict(transition=transition, duration=duration, start=start, end=end,
                   begin_boundary=begin_boundary, end_boundary=end_boundary, edges=edges)
+    if (gold is None) == (partial_labels is None):
+        raise TypeError("nll: give exactly one of `gold` and `partial_labels`")
+    if partial_labels is not None:
+        from ._sample import labels_list
+
+        return _native.partial_nll(
+            partial_labels=labels_list(partial_labels),
+            **_kwargs(scores, lengths, max_duration, backend, device, memory_budget, floats),
+        )
     return _native.nll(
         gold=_gold(gold),
         **_kwargs(scores, lengths, max_duration, backend, device, memory_budget, floats),

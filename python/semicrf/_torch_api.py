@@ -7,6 +7,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
+from . import _sample
 from . import _torch_gold as gold_mod
 from . import _torch_ops
 from ._numpy import Selection
@@ -73,6 +74,7 @@ def log_partition(
     end_boundary: Optional[Tensor] = None,
     *,
     edges: Optional[Tensor] = None,
+    partial_labels=None,
     backend: str = "auto",
     memory_budget=None,
 ) -> Tensor:
@@ -80,7 +82,9 @@ def log_partition(
 
     Differentiable with respect to every floating input given: the gradient of log Z_b
     is the expected count of each potential (`scores.grad` holds the position marginals).
-    A backward pass through a sequence whose log Z is `-inf` raises ValueError.
+    A backward pass through a sequence whose log Z is `-inf` raises ValueError. With
+    `partial_labels` `(B, T)` (a label or -1 per position): log Z over the segmentations
+    that agree with them, differentiable in the same way.
     """
     inputs, lengths, k = _problem(
         scores,
@@ -94,6 +98,8 @@ def log_partition(
         begin_boundary=begin_boundary,
         end_boundary=end_boundary,
     )
+    if partial_labels is not None:
+        inputs = _sample.restrict_torch(inputs, lengths, partial_labels)
     return _torch_ops.log_partition(inputs, lengths, k, backend, memory_budget)
 
 
@@ -108,7 +114,8 @@ def nll(
     begin_boundary: Optional[Tensor] = None,
     end_boundary: Optional[Tensor] = None,
     *,
-    gold,
+    gold=None,
+    partial_labels=None,
     edges: Optional[Tensor] = None,
     backend: str = "auto",
     memory_budget=None,
@@ -121,7 +128,15 @@ def nll(
     segments `(B, S, 3)` of `(start, duration, label)` rows (rows of -1 after the last, as
     `viterbi` returns them), or a list of `(start, duration, label)` lists. Differentiable:
     the gradient is the expected counts minus the gold's counts.
+
+    Instead of `gold`, `partial_labels` `(B, T)` (a label or -1 per position) gives the
+    partial NLL `log Z - log Z_partial` (log Z over the segmentations that agree with them):
+    `+inf` where none has a finite score (a backward pass through it raises ValueError);
+    differentiable, the gradient being the expected counts minus those under the posterior
+    restricted to the agreeing segmentations.
     """
+    if (gold is None) == (partial_labels is None):
+        raise TypeError("nll: give exactly one of gold= and partial_labels=")
     inputs, lengths, k = _problem(
         scores,
         lengths,
@@ -134,6 +149,11 @@ def nll(
         begin_boundary=begin_boundary,
         end_boundary=end_boundary,
     )
+    if partial_labels is not None:
+        log_z = _torch_ops.log_partition(inputs, lengths, k, backend, memory_budget)
+        part = _sample.restrict_torch(inputs, lengths, partial_labels)
+        log_zp = _torch_ops.log_partition(part, lengths, k, backend, memory_budget)
+        return _sample.partial_nll_torch(log_z, log_zp)
     main = scores if scores is not None else edges
     c = main.shape[-1]
     checked = gold_mod.normalize(gold, lengths, k, c, main.shape[0], main.shape[1], main.device)

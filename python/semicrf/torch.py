@@ -35,6 +35,8 @@ from ._head import (
     UniformDuration,
 )
 from ._torch_kbest import KBest, kbest, posterior_decode
+from ._sample import Samples
+from ._sample import torch_sample as sample
 from ._torch_api import (
     Marginals,
     Viterbi,
@@ -54,6 +56,8 @@ __all__ = [
     "posterior_decode",
     "KBest",
     "log_partition",
+    "sample",
+    "Samples",
     "nll",
     "viterbi",
     "marginals",

@@ -14,6 +14,7 @@ mod grad;
 mod host;
 mod kbest;
 mod pool;
+mod sample;
 
 use pyo3::prelude::*;
 
@@ -41,5 +42,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda::cuda_viterbi, m)?)?;
     m.add_function(wrap_pyfunction!(cuda::cuda_backward, m)?)?;
     m.add_function(wrap_pyfunction!(parse_memory_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(sample::sample, m)?)?;
+    m.add_function(wrap_pyfunction!(sample::log_partition_partial, m)?)?;
+    m.add_function(wrap_pyfunction!(sample::partial_nll, m)?)?;
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! `error: <message>` on stderr, with exit code 2 and nothing on stdout.
 
 mod kbest;
+mod sample;
 mod size;
 
 use std::io::{Read, Write};
@@ -56,10 +57,23 @@ enum Command {
     /// posterior decoding, {"score": s, "segments": [...]}, the segmentation that maximises
     /// the expected number of correctly labelled positions, s that expectation.
     ///
+    /// With the input key `partial_labels` (B x T: a label index, or -1 for unknown, per
+    /// position), the output also has `log_z_partial` (B), after `log_z`: log Z over the
+    /// segmentations that agree with the annotation, "-inf" where none has a finite score.
+    ///
     /// Errors (malformed JSON, a missing key, a wrong shape, NaN or +inf, potentials too
     /// large in magnitude, a length out of range, an unavailable backend or device) print
     /// one line `error: ...` on stderr and exit with code 2.
     Eval(EvalArgs),
+    /// Draw exact samples from the posterior over segmentations and print them as one JSON
+    /// object `{"samples": ...}`: per sequence a list of N segmentations, each a list of
+    /// [start, duration, label].
+    ///
+    /// The input is that of `eval`. With `partial_labels`, the samples come from the
+    /// posterior restricted to the segmentations that agree with the annotation. The same
+    /// --seed gives the same samples on any number of threads. A sequence without any
+    /// finite segmentation (nothing to sample) is an error, as are those of `eval`.
+    Sample(sample::SampleArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -151,6 +165,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Eval(args) => eval(&args),
+        Command::Sample(args) => sample::sample(&args),
     };
     match result {
         Ok(text) => {
@@ -205,15 +220,21 @@ fn read_input(path: &PathBuf) -> Result<String, Failure> {
     Ok(text)
 }
 
-fn eval(args: &EvalArgs) -> Result<String, Failure> {
-    let shown = if args.input.as_os_str() == "-" {
+/// The input's name in messages.
+fn shown_name(input: &std::path::Path) -> String {
+    if input.as_os_str() == "-" {
         "<stdin>".to_string()
     } else {
-        args.input.display().to_string()
-    };
+        input.display().to_string()
+    }
+}
+
+fn eval(args: &EvalArgs) -> Result<String, Failure> {
+    let shown = shown_name(&args.input);
     let text = read_input(&args.input)?;
-    let owned =
-        interchange::parse_problem(&text).map_err(|e| Failure::input(format!("{shown}: {e}")))?;
+    let input =
+        interchange::parse_input(&text).map_err(|e| Failure::input(format!("{shown}: {e}")))?;
+    let owned = input.problem;
     let problem = owned
         .view()
         .map_err(|e| Failure::input(format!("{shown}: {e}")))?;
@@ -312,6 +333,9 @@ fn eval(args: &EvalArgs) -> Result<String, Failure> {
             )),
             e => e.into(),
         })?);
+    }
+    if let Some(labels) = &input.partial_labels {
+        fields.insert(1, sample::log_z_partial(&crf, &problem, labels)?);
     }
 
     if !args.no_grad {

@@ -82,9 +82,11 @@ mod kbest;
 mod materialize;
 pub mod model;
 mod posterior;
+pub mod partial;
 mod potentials;
 pub mod range;
 pub mod reference;
+pub mod sample;
 mod scalar;
 mod segments;
 mod sink;
@@ -107,6 +109,7 @@ pub use posterior::{PosteriorProblem, posterior_decode};
 pub use potentials::{
     EdgePotentials, OwnedPotentials, Potentials, PotentialsBuilder, Problem, Shape, Transition,
 };
+pub use sample::{ForwardBlocks, Sampler, Samples};
 pub use scalar::Scalar;
 pub use segments::{
     decode_best, gold_score, gold_score_edges, gold_score_pull_back, labels_from_segments,

@@ -8,6 +8,7 @@ mod edge;
 mod exact;
 mod kbest;
 mod par;
+mod sample;
 mod scan;
 mod streaming;
 
