@@ -34,7 +34,7 @@ pub fn run(out: &Path, epochs: usize, progress: bool) -> Result<(), Error> {
     let predicted = predict::predict(&shipped, &test, &pcfg)?;
     let m = eval::evaluate(&test, &predicted);
     println!(
-        "The shipped model (trained on the 486 training genes of the AUGUSTUS tutorial) on \
+        "The shipped model (counted from the 486 training genes of the AUGUSTUS tutorial) on \
          the {} test genes, decoded in {:.1} s:",
         test.len(),
         clock.elapsed().as_secs_f64()

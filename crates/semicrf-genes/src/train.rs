@@ -1,5 +1,7 @@
-//! Training: regularised negative log-likelihood, minimised with Adam over minibatches of
-//! genes, the gradients of every gene computed in parallel by semicrf's streaming engine.
+//! Training: from weights counted from the genes ([`Model::initialise`]), the regularised
+//! negative log-likelihood minimised with Adam over minibatches of genes, the gradients of
+//! every gene computed by semicrf's streaming engine, the genes of a minibatch spread over
+//! the threads longest first (or one after another on a CUDA device).
 
 use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array2, s};
@@ -43,9 +45,9 @@ pub struct TrainConfig {
 impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
-            epochs: 12,
+            epochs: 2,
             batch: 8,
-            learning_rate: 0.05,
+            learning_rate: 0.01,
             l2: 0.01,
             max_exon: 8192,
             seed: 7,

@@ -26,6 +26,7 @@ fn train_predict_and_evaluate_a_tiny_subset_through_files() {
         batch: 3,
         progress: false,
         initialise: false,
+        learning_rate: 0.05,
         ..TrainConfig::default()
     };
     let (model, report) = train(&training, &cfg).unwrap();
