@@ -34,7 +34,7 @@ pub fn run(out: &Path, epochs: usize, progress: bool) -> Result<(), Error> {
     let predicted = predict::predict(&shipped, &test, &pcfg)?;
     let m = eval::evaluate(&test, &predicted);
     println!(
-        "The shipped model (counted from the 486 training genes of the AUGUSTUS tutorial) on \
+        "The shipped model (trained on the 486 training genes of the AUGUSTUS tutorial) on \
          the {} test genes, decoded in {:.1} s:",
         test.len(),
         clock.elapsed().as_secs_f64()
@@ -80,15 +80,17 @@ pub fn run(out: &Path, epochs: usize, progress: bool) -> Result<(), Error> {
         Ok(eval::evaluate(&test, &p).exon.f1())
     };
     println!(
-        "  counted (the generative estimates alone)     exon F1 {:.3}",
+        "  {:<44} exon F1 {:.3}",
+        "counted (the generative estimates alone)",
         f1(&start)?
     );
     let (model, report) = train::train(&training, &cfg)?;
-    println!(
-        "  then {epochs} epochs of training ({:.0} s)           exon F1 {:.3}",
-        report.seconds,
-        f1(&model)?
+    let then = format!(
+        "then {epochs} epoch{} of training ({:.0} s)",
+        if epochs == 1 { "" } else { "s" },
+        report.seconds
     );
+    println!("  {then:<44} exon F1 {:.3}", f1(&model)?);
     summary(&report);
     pictures(&out.join("trained-here"), &report, &model)?;
     std::fs::rename(

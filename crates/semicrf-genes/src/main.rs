@@ -33,7 +33,7 @@ enum Command {
         #[arg(long, default_value = "semicrf-genes-demo")]
         out: PathBuf,
         /// Passes over the 60 training genes in the training from nothing.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 1)]
         epochs: usize,
         /// No progress bars.
         #[arg(long)]
