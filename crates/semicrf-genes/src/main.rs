@@ -4,10 +4,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use semicrf::Device;
 use semicrf_genes::data::{self, Record};
 use semicrf_genes::predict::PredictConfig;
 use semicrf_genes::train::{TrainConfig, TrainReport};
 use semicrf_genes::{Error, embedded, eval, modelfile, plot, predict, train};
+
+mod demo;
 
 #[derive(Parser)]
 #[command(
@@ -22,14 +25,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Train on the embedded fly genes, predict the embedded test genes, print the accuracy
-    /// and draw the pictures.
+    /// Predict the 100 embedded test genes with the shipped model and print its accuracy
+    /// beside other gene finders'; then train a model from nothing on the 60 embedded
+    /// training genes and print what it learned; draw the pictures.
     Demo {
-        /// Folder for the pictures, the model and the predictions.
+        /// Folder for the pictures, the models and the predictions.
         #[arg(long, default_value = "semicrf-genes-demo")]
         out: PathBuf,
-        #[command(flatten)]
-        train: TrainArgs,
+        /// Passes over the 60 training genes in the training from nothing.
+        #[arg(long, default_value_t = 1)]
+        epochs: usize,
+        /// No progress bars.
+        #[arg(long)]
+        quiet: bool,
     },
     /// Train a model on annotated genes (GenBank, one `CDS` feature per gene).
     Train {
@@ -42,14 +50,23 @@ enum Command {
         /// Where to draw the training curve and the learned durations (SVG); none if absent.
         #[arg(long)]
         pictures: Option<PathBuf>,
+        /// Hold out this many genes (a fixed random choice, `--split-seed`), train on the
+        /// others and print the accuracy on the held-out ones: for choosing settings without
+        /// the test genes.
+        #[arg(long, default_value_t = 0)]
+        hold_out: usize,
+        /// Seed of the held-out choice.
+        #[arg(long, default_value_t = 28)]
+        split_seed: u64,
         #[command(flatten)]
         train: TrainArgs,
     },
     /// Predict genes (GenBank or FASTA in, GFF3 out).
     Predict {
-        /// A model written by `train`.
+        /// A model written by `train` (default: the shipped model, trained on the 486 fly
+        /// genes of the AUGUSTUS tutorial).
         #[arg(long)]
-        model: PathBuf,
+        model: Option<PathBuf>,
         /// Sequences: GenBank or FASTA (N, lower case and IUPAC codes are accepted).
         #[arg(long)]
         input: PathBuf,
@@ -88,16 +105,34 @@ struct TrainArgs {
     /// Longest exon modelled, in bases.
     #[arg(long, default_value_t = TrainConfig::default().max_exon)]
     max_exon: usize,
+    /// Start from zero weights instead of the generative estimates of the training genes.
+    #[arg(long)]
+    zero_start: bool,
+    /// Where the engine runs: `cpu`, or `cuda` / `cuda:N` (a build with `--features cuda`).
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    device: Device,
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
 }
 
+fn parse_device(s: &str) -> Result<Device, String> {
+    match s {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Ok(Device::Cuda(0)),
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(Device::Cuda)
+            .ok_or_else(|| format!("expected cpu, cuda or cuda:N, got `{s}`")),
+    }
+}
+
 impl TrainArgs {
     fn config(&self) -> Result<TrainConfig, Error> {
         let bad = |what: &str| Err(Error::Model(format!("invalid training setting: {what}")));
-        if self.epochs == 0 || self.batch == 0 {
-            return bad("--epochs and --batch must be at least 1");
+        if self.batch == 0 {
+            return bad("--batch must be at least 1");
         }
         if !(self.learning_rate > 0.0 && self.learning_rate.is_finite()) {
             return bad("--learning-rate must be positive");
@@ -115,6 +150,8 @@ impl TrainArgs {
             l2: self.l2,
             max_exon: self.max_exon,
             progress: !self.quiet,
+            device: self.device,
+            initialise: !self.zero_start,
             ..TrainConfig::default()
         })
     }
@@ -131,19 +168,22 @@ fn main() -> ExitCode {
 }
 
 fn summary(report: &TrainReport) {
+    let last = match report.nll_per_kb.last() {
+        Some(nll) => format!("final NLL {nll:.3} per kb"),
+        None => "no epoch: the weights counted from the genes".into(),
+    };
     eprintln!(
-        "trained on {} genes ({:.2} Mb) in {:.1} s; final NLL {:.3} per kb",
+        "trained on {} genes ({:.2} Mb) in {:.1} s; {last}",
         report.genes,
         report.bases as f64 / 1e6,
         report.seconds,
-        report.nll_per_kb.last().copied().unwrap_or(f64::NAN)
     );
     for (name, why) in &report.skipped {
         eprintln!("  left out {name}: {why}");
     }
 }
 
-fn pictures(
+pub(crate) fn pictures(
     dir: &Path,
     report: &TrainReport,
     model: &semicrf_genes::model::Model,
@@ -158,55 +198,38 @@ fn pictures(
 
 fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
-        Command::Demo { out, train: t } => {
-            let cfg = t.config()?;
-            let training = embedded::training()?;
-            let test = embedded::test()?;
-            eprintln!(
-                "demo: training on {} embedded fly genes, testing on {} others",
-                training.len(),
-                test.len()
-            );
-            let (model, report) = train::train(&training, &cfg)?;
-            summary(&report);
-            let clock = std::time::Instant::now();
-            let pcfg = PredictConfig {
-                progress: cfg.progress,
-                ..PredictConfig::default()
-            };
-            let predicted = predict::predict(&model, &test, &pcfg)?;
-            eprintln!(
-                "decoded {} test sequences in {:.1} s",
-                test.len(),
-                clock.elapsed().as_secs_f64()
-            );
-            let m = eval::evaluate(&test, &predicted);
-            println!("accuracy on {} embedded test genes:", test.len());
-            print!("{m}");
-            pictures(&out, &report, &model)?;
-            let rows = structure_rows(&test, &predicted, 6);
-            plot::structures(&out.join("structures.svg"), &rows)?;
-            modelfile::save(&model, &out.join("model.json"))?;
-            write_gff(&out.join("predictions.gff3"), &predicted)?;
-            println!(
-                "wrote {}/{{structures,durations,training}}.svg, model.json and predictions.gff3",
-                out.display()
-            );
-            Ok(())
-        }
+        Command::Demo { out, epochs, quiet } => demo::run(&out, epochs, !quiet),
         Command::Train {
             genes,
             model,
             pictures: pics,
+            hold_out,
+            split_seed,
             train: t,
         } => {
             let cfg = t.config()?;
-            let records = data::read_genbank(&genes)?;
+            let mut records = data::read_genbank(&genes)?;
+            if hold_out >= records.len() {
+                return Err(Error::Model(format!(
+                    "--hold-out {hold_out} leaves no training gene of {}",
+                    records.len()
+                )));
+            }
+            let held = hold_out_split(&mut records, hold_out, split_seed);
             let (m, report) = train::train(&records, &cfg)?;
             summary(&report);
             modelfile::save(&m, &model)?;
             if let Some(dir) = pics {
                 pictures(&dir, &report, &m)?;
+            }
+            if !held.is_empty() {
+                let pcfg = PredictConfig {
+                    progress: false,
+                    ..PredictConfig::default()
+                };
+                let predicted = predict::predict(&m, &held, &pcfg)?;
+                println!("accuracy on {} held-out genes:", held.len());
+                print!("{}", eval::evaluate(&held, &predicted));
             }
             Ok(())
         }
@@ -216,7 +239,10 @@ fn run(cli: Cli) -> Result<(), Error> {
             out,
             quiet,
         } => {
-            let m = modelfile::load(&model)?;
+            let m = match model {
+                Some(path) => modelfile::load(&path)?,
+                None => embedded::model()?,
+            };
             let records = data::read_any(&input)?;
             let clock = std::time::Instant::now();
             let cfg = PredictConfig {
@@ -257,7 +283,26 @@ fn run(cli: Cli) -> Result<(), Error> {
     }
 }
 
-fn write_gff(path: &Path, predicted: &[(String, Vec<data::Gene>)]) -> Result<(), Error> {
+/// Moves `n` records chosen at random (seeded) out of `records`, keeping both in order.
+fn hold_out_split(records: &mut Vec<Record>, n: usize, seed: u64) -> Vec<Record> {
+    use rand::SeedableRng;
+    use rand::seq::SliceRandom;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut order: Vec<usize> = (0..records.len()).collect();
+    order.shuffle(&mut rng);
+    let mut out = vec![false; records.len()];
+    for &i in &order[..n] {
+        out[i] = true;
+    }
+    let all = std::mem::take(records);
+    let mut held = Vec::with_capacity(n);
+    for (r, o) in all.into_iter().zip(out) {
+        if o { held.push(r) } else { records.push(r) }
+    }
+    held
+}
+
+pub(crate) fn write_gff(path: &Path, predicted: &[(String, Vec<data::Gene>)]) -> Result<(), Error> {
     let io = |e| Error::Io {
         path: path.display().to_string(),
         source: e,
@@ -269,7 +314,7 @@ fn write_gff(path: &Path, predicted: &[(String, Vec<data::Gene>)]) -> Result<(),
 }
 
 /// The first `n` records with annotated genes, with their predictions.
-fn structure_rows(
+pub(crate) fn structure_rows(
     records: &[Record],
     predicted: &[(String, Vec<data::Gene>)],
     n: usize,

@@ -57,7 +57,8 @@ pub fn training_curve(path: &Path, nll_per_kb: &[f64]) -> Result<(), Error> {
 }
 
 /// The learned duration weights of the four exon types and of intron first pieces, as a
-/// distribution over lengths (`exp(weight)` normalised over the lengths a label may take).
+/// distribution over lengths (`exp(weight)` normalised over the lengths a label may take;
+/// exons per unit of log length, on a logarithmic axis).
 pub fn durations(path: &Path, model: &Model) -> Result<(), Error> {
     let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(path, e))?;
@@ -75,10 +76,15 @@ pub fn durations(path: &Path, model: &Model) -> Result<(), Error> {
     let exon_series: Vec<Vec<(f64, f64)>> = ExonType::ALL
         .iter()
         .map(|&t| {
+            // On a logarithmic axis, the density per unit of ln(length): `d · P(d)`, so
+            // that equal areas hold equal shares of exons.
             dist(
                 &|d| Some(model.w[model.layout.exon_duration_bin(t, bin(d))]),
                 k,
             )
+            .into_iter()
+            .map(|(d, p)| (d, d * p))
+            .collect()
         })
         .collect();
     let ymax = exon_series
@@ -97,7 +103,7 @@ pub fn durations(path: &Path, model: &Model) -> Result<(), Error> {
     chart
         .configure_mesh()
         .x_desc("exon length (bases)")
-        .y_desc("probability per length")
+        .y_desc("density per unit of ln(length)")
         .draw()
         .map_err(|e| err(path, e))?;
     for (i, (t, s)) in ExonType::ALL.iter().zip(&exon_series).enumerate() {

@@ -1,12 +1,16 @@
-//! Training: regularised negative log-likelihood, minimised with Adam over minibatches of
-//! genes, the gradients of every gene computed in parallel by semicrf's streaming engine.
+//! Training: from weights counted from the genes ([`Model::initialise`]), the regularised
+//! negative log-likelihood minimised with Adam over minibatches of genes, the gradients of
+//! every gene computed by semicrf's streaming engine, the genes of a minibatch spread over
+//! the threads longest first (or one after another on a CUDA device).
 
 use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array2, s};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rayon::prelude::*;
-use semicrf::{Problem, Segment};
+use semicrf::{Device, Problem, Segment};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::Error;
 use crate::data::Record;
@@ -21,26 +25,35 @@ pub struct TrainConfig {
     pub batch: usize,
     /// Adam's step size at the start (it decays linearly to a tenth).
     pub learning_rate: f64,
-    /// L2 penalty per weight, per thousand bases of a minibatch.
+    /// L2 penalty per weight (its distance from the starting weights), per thousand bases
+    /// of a minibatch.
     pub l2: f64,
     /// Longest exon modelled (`K`).
     pub max_exon: usize,
     /// Seed of the minibatch order.
     pub seed: u64,
+    /// Start from the generative estimates of the training genes ([`Model::initialise`])
+    /// and pull towards them with the L2 penalty; else start from and pull towards zero.
+    pub initialise: bool,
     /// Draw progress bars.
     pub progress: bool,
+    /// Where the engine runs: the CPU (genes spread over rayon's threads, longest first) or
+    /// a CUDA device (one gene after another; needs the `cuda` feature).
+    pub device: Device,
 }
 
 impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
-            epochs: 12,
+            epochs: 2,
             batch: 8,
-            learning_rate: 0.05,
+            learning_rate: 0.01,
             l2: 0.01,
             max_exon: 8192,
             seed: 7,
+            initialise: true,
             progress: true,
+            device: Device::Cpu,
         }
     }
 }
@@ -65,13 +78,29 @@ struct Example {
     gold: Vec<Segment>,
 }
 
+/// The engine of training's backward passes on `device`.
+fn training_engine(device: Device) -> semicrf::SemiCrf {
+    match device {
+        Device::Cpu => engine(8 << 30),
+        Device::Cuda(_) => semicrf::SemiCrf::with_config(
+            semicrf::Config::new()
+                .backend(semicrf::Backend::Streaming)
+                .device(device),
+        ),
+    }
+}
+
 /// The NLL of one example and its gradient added to `grad`.
-fn nll_and_gradient(model: &Model, ex: &Example, grad: &mut [f64]) -> Result<f64, Error> {
+fn nll_and_gradient(
+    crf: &semicrf::SemiCrf,
+    model: &Model,
+    ex: &Example,
+    grad: &mut [f64],
+) -> Result<f64, Error> {
     let p = model.potentials::<f64>(&ex.prepared);
     let pot = p.view()?;
     let gold_score = semicrf::gold_score(&pot, 0, &ex.gold)?;
     let problem: Problem<f64> = pot.into();
-    let crf = engine(8 << 30);
     let out = crf.backward(&problem, None)?;
     let nll = out.log_z[0] - gold_score;
     let g = out.grad;
@@ -143,6 +172,10 @@ pub fn train(records: &[Record], cfg: &TrainConfig) -> Result<(Model, TrainRepor
     if examples.is_empty() {
         return Err(Error::Model("no trainable gene in the training set".into()));
     }
+    if cfg.initialise {
+        model.initialise(examples.iter().map(|e| (&e.prepared, e.gold.as_slice())));
+    }
+    let prior = model.w.clone();
     report.genes = examples.iter().map(|e| gene_count(&e.gold)).sum();
     report.bases = examples.iter().map(|e| e.prepared.len()).sum();
     let n = model.layout.total;
@@ -153,19 +186,13 @@ pub fn train(records: &[Record], cfg: &TrainConfig) -> Result<(Model, TrainRepor
     let steps_per_epoch = examples.len().div_ceil(cfg.batch.max(1));
     let total_steps = (steps_per_epoch * cfg.epochs).max(1);
     let mut step = 0usize;
+    let crf = training_engine(cfg.device);
     for epoch in 0..cfg.epochs {
         order.shuffle(&mut rng);
         let bar = progress_bar(cfg.progress, examples.len() as u64, epoch, cfg.epochs);
         let (mut nll_sum, mut bases_sum) = (0.0, 0usize);
         for chunk in order.chunks(cfg.batch.max(1)) {
-            let results: Vec<Result<(f64, Vec<f64>), Error>> = chunk
-                .par_iter()
-                .map(|&e| {
-                    let mut g = vec![0.0; n];
-                    let nll = nll_and_gradient(&model, &examples[e], &mut g)?;
-                    Ok((nll, g))
-                })
-                .collect();
+            let results = minibatch(&crf, cfg.device, &model, &examples, chunk);
             let mut grad = vec![0.0; n];
             let bases: usize = chunk.iter().map(|&e| examples[e].prepared.len()).sum();
             for r in results {
@@ -188,7 +215,7 @@ pub fn train(records: &[Record], cfg: &TrainConfig) -> Result<(Model, TrainRepor
             let lr = cfg.learning_rate * (1.0 - 0.9 * (step - 1) as f64 / total_steps as f64);
             let (c1, c2) = (1.0 - b1.powi(step as i32), 1.0 - b2.powi(step as i32));
             for q in 0..n {
-                let g = grad[q] * scale + cfg.l2 * model.w[q];
+                let g = grad[q] * scale + cfg.l2 * (model.w[q] - prior[q]);
                 m1[q] = b1 * m1[q] + (1.0 - b1) * g;
                 m2[q] = b2 * m2[q] + (1.0 - b2) * g * g;
                 model.w[q] -= lr * (m1[q] / c1) / ((m2[q] / c2).sqrt() + eps);
@@ -213,6 +240,55 @@ pub fn train(records: &[Record], cfg: &TrainConfig) -> Result<(Model, TrainRepor
     Ok((model, report))
 }
 
+/// One example's NLL and gradient, or what went wrong.
+type Gradient = Result<(f64, Vec<f64>), Error>;
+
+/// The NLL and gradient of every example of `chunk`, in its order.
+///
+/// On the CPU the examples are taken longest first from a shared queue by as many workers
+/// as rayon has threads: a long gene starts at once, and the short ones fill the other
+/// threads meanwhile (one gene per thread in the batch's random order left a thread idle
+/// behind a long gene that started last). The results do not depend on the schedule: each
+/// example's gradient is its own, summed afterwards in the batch's order.
+fn minibatch(
+    crf: &semicrf::SemiCrf,
+    device: Device,
+    model: &Model,
+    examples: &[Example],
+    chunk: &[usize],
+) -> Vec<Gradient> {
+    let n = model.layout.total;
+    let one = |e: usize| {
+        let mut g = vec![0.0; n];
+        let nll = nll_and_gradient(crf, model, &examples[e], &mut g)?;
+        Ok((nll, g))
+    };
+    if device != Device::Cpu {
+        return chunk.iter().map(|&e| one(e)).collect();
+    }
+    let mut queue: Vec<usize> = (0..chunk.len()).collect();
+    queue.sort_by_key(|&q| std::cmp::Reverse(examples[chunk[q]].prepared.len()));
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Gradient>>> = chunk.iter().map(|_| Mutex::new(None)).collect();
+    let workers = rayon::current_num_threads().min(chunk.len());
+    (0..workers).into_par_iter().for_each(|_| {
+        loop {
+            let q = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&at) = queue.get(q) else { break };
+            let r = one(chunk[at]);
+            *slots[at].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        }
+    });
+    slots
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(|| Err(Error::Model("a gradient was not computed".into())))
+        })
+        .collect()
+}
+
 /// The negative log-likelihood of the annotation of one record under `model`, and its
 /// gradient with respect to the weights (without the L2 penalty).
 pub fn objective(model: &Model, record: &Record) -> Result<(f64, Vec<f64>), Error> {
@@ -223,7 +299,7 @@ pub fn objective(model: &Model, record: &Record) -> Result<(f64, Vec<f64>), Erro
         gold,
     };
     let mut grad = vec![0.0; model.layout.total];
-    let nll = nll_and_gradient(model, &ex, &mut grad)?;
+    let nll = nll_and_gradient(&engine(8 << 30), model, &ex, &mut grad)?;
     Ok((nll, grad))
 }
 

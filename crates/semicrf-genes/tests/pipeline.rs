@@ -20,10 +20,13 @@ fn quiet() -> PredictConfig {
 fn train_predict_and_evaluate_a_tiny_subset_through_files() {
     let training: Vec<Record> = embedded::training().unwrap().into_iter().take(6).collect();
     let test: Vec<Record> = embedded::test().unwrap().into_iter().take(3).collect();
+    // From zero weights, so that the NLL has somewhere to fall.
     let cfg = TrainConfig {
         epochs: 3,
         batch: 3,
         progress: false,
+        initialise: false,
+        learning_rate: 0.05,
         ..TrainConfig::default()
     };
     let (model, report) = train(&training, &cfg).unwrap();
@@ -69,6 +72,26 @@ fn train_predict_and_evaluate_a_tiny_subset_through_files() {
         (m.exon.f1(), m.gene.f1(), m.nucleotide.f1()),
         (1.0, 1.0, 1.0)
     );
+}
+
+#[test]
+fn the_counted_start_scores_unseen_genes_far_above_zero_weights() {
+    let training: Vec<Record> = embedded::training().unwrap().into_iter().take(20).collect();
+    let cfg = |initialise| TrainConfig {
+        epochs: 0,
+        progress: false,
+        initialise,
+        ..TrainConfig::default()
+    };
+    let (counted, _) = train(&training, &cfg(true)).unwrap();
+    let (zero, _) = train(&training, &cfg(false)).unwrap();
+    assert!(zero.w.iter().all(|&w| w == 0.0));
+    for r in embedded::test().unwrap().iter().take(3) {
+        let (a, _) = semicrf_genes::train::objective(&counted, r).unwrap();
+        let (b, _) = semicrf_genes::train::objective(&zero, r).unwrap();
+        // Zero weights leave every segmentation alike; the counts pick the annotation out.
+        assert!(a.is_finite() && a < 0.5 * b, "{}: NLL {a} vs {b}", r.name);
+    }
 }
 
 #[test]

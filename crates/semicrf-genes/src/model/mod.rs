@@ -33,9 +33,12 @@
 //!   [`engine`] every call runs on.
 //! - `source.rs`: [`Source`], the same potentials as a
 //!   [`PotentialSource`](semicrf::PotentialSource), computed chunk by chunk (decoding).
+//! - `init.rs`: [`Model::initialise`], starting weights read off annotated genes (the
+//!   model as a generative semi-Markov model).
 //! - `segments.rs`: between genes and segmentations: [`gold_segments`], [`why_impossible`],
 //!   [`genes_of`].
 
+mod init;
 mod layout;
 mod potentials;
 mod prepared;
@@ -43,6 +46,7 @@ mod segments;
 mod signals;
 mod source;
 
+pub use init::log_length_density;
 pub use layout::{Layout, Model, bin};
 pub use potentials::{Potentials, Shared, engine};
 pub use prepared::Prepared;

@@ -89,7 +89,7 @@ fn minus_frame(t: usize, f: usize) -> usize {
 }
 
 /// The codon position at base `t` (of the sequence) of an exon of frame `fr` on strand `s`.
-fn codon_position(s: Strand, t: usize, fr: usize) -> usize {
+pub(super) fn codon_position(s: Strand, t: usize, fr: usize) -> usize {
     match s {
         Strand::Plus => (t + 3 - fr) % 3,
         Strand::Minus => (fr + 3 - t % 3) % 3,
@@ -278,10 +278,8 @@ impl Model {
 
     /// Adds to `out` the gradient of a loss with respect to the weights, given its gradient
     /// with respect to the potentials (`(T, C)` for content and boundaries; `(C, C)`
-    /// transition; `(K, C)` duration). Entries at `-inf` boundary, transition and duration
-    /// potentials are ignored; at a `-inf` content score (a base that ends an in-frame stop
-    /// codon) the entry is added like any other, so it should be zero there (the engine's
-    /// gradient is, up to rounding).
+    /// transition; `(K, C)` duration). Entries at `-inf` potentials are ignored: no weight
+    /// moves them, and the engine's gradient there is zero only up to rounding.
     pub fn pull_back(
         &self,
         p: &Prepared,
@@ -316,13 +314,18 @@ impl Model {
                     out[l.int6 + o.c6(pos) as usize] += g;
                     out[l.int3 + o.c3(pos) as usize] += g;
                 }
+                let stop_ends_here = ends_stop(o, pos);
                 for fr in 0..3usize {
                     let cp = codon_position(s, t, fr);
+                    if cp == STOP_END && stop_ends_here {
+                        // `-inf` for every exon label of this frame (see `for_scores`).
+                        continue;
+                    }
                     let g: f64 = ExonType::ALL
                         .iter()
                         .map(|&ty| row[Label::Exon(s, ty, fr as u8).index()])
                         .sum();
-                    if g != 0.0 && g.is_finite() {
+                    if g != 0.0 {
                         out[l.cod6 + cp * HEXAMER_SLOTS + o.c6(pos) as usize] += g;
                         out[l.cod3 + cp * TRIMER_SLOTS + o.c3(pos) as usize] += g;
                     }
@@ -512,6 +515,38 @@ mod tests {
             }
             assert!(moved > 0, "{name}: no sampled weight moves a potential");
         }
+    }
+
+    #[test]
+    fn gradients_at_minus_inf_content_scores_move_no_weight() {
+        let mut rng = ChaCha8Rng::seed_from_u64(27);
+        let t_len = 500;
+        let model = Model::new(PIECE + 30);
+        let p = Prepared::new(&sequence(&mut rng, t_len));
+        let scores = model.potentials::<f64>(&p).scores;
+        // Rounding noise where the content score is `-inf`, zero everywhere else.
+        let mut d_scores = Array2::zeros((t_len, C));
+        let mut noisy = 0;
+        for ((t, c), g) in d_scores.indexed_iter_mut() {
+            if scores[[0, t, c]] == NEG {
+                *g = rng.random_range(-1e-12..1e-12);
+                noisy += 1;
+            }
+        }
+        assert!(noisy > 100, "{noisy} forbidden scores");
+        let zeros = |shape| Array2::<f64>::zeros(shape);
+        let mut adjoint = vec![0.0; model.layout.total];
+        model.pull_back(
+            &p,
+            d_scores.view(),
+            zeros((t_len, C)).view(),
+            zeros((t_len, C)).view(),
+            zeros((C, C)).view(),
+            zeros((PIECE + 30, C)).view(),
+            &mut adjoint,
+        );
+        let moved: Vec<usize> = (0..adjoint.len()).filter(|&i| adjoint[i] != 0.0).collect();
+        assert!(moved.is_empty(), "weights {moved:?} moved");
     }
 
     #[test]

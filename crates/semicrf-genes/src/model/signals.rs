@@ -34,7 +34,7 @@ impl Signal {
             Signal::Stop => (-3, 5),
         }
     }
-    fn width(self) -> usize {
+    pub(super) fn width(self) -> usize {
         let (lo, hi) = self.window();
         (hi - lo + 1) as usize
     }
