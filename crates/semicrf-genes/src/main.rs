@@ -59,6 +59,13 @@ enum Command {
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
+        /// Where to decode: `cpu`, or `cuda` / `cuda:N` (needs the `cuda` feature).
+        #[arg(long, default_value = "cpu", value_parser = parse_device)]
+        device: semicrf::Device,
+        /// Decode from the whole potentials computed up front, every backpointer kept
+        /// (memory `O(T·C)`): the reference path, for comparison.
+        #[arg(long)]
+        materialised: bool,
     },
     /// Score predictions (GFF3) against annotated genes (GenBank).
     Eval {
@@ -215,12 +222,16 @@ fn run(cli: Cli) -> Result<(), Error> {
             input,
             out,
             quiet,
+            device,
+            materialised,
         } => {
             let m = modelfile::load(&model)?;
             let records = data::read_any(&input)?;
             let clock = std::time::Instant::now();
             let cfg = PredictConfig {
                 progress: !quiet,
+                device,
+                materialised,
                 ..PredictConfig::default()
             };
             let predicted = predict::predict(&m, &records, &cfg)?;
@@ -254,6 +265,19 @@ fn run(cli: Cli) -> Result<(), Error> {
             print!("{m}");
             Ok(())
         }
+    }
+}
+
+/// `cpu`, `cuda` (device 0) or `cuda:N`.
+fn parse_device(s: &str) -> Result<semicrf::Device, String> {
+    match s {
+        "cpu" => Ok(semicrf::Device::Cpu),
+        "cuda" => Ok(semicrf::Device::Cuda(0)),
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(semicrf::Device::Cuda)
+            .ok_or_else(|| format!("{s:?} is not a device: cpu, cuda or cuda:N")),
     }
 }
 

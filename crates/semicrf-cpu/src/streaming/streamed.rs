@@ -134,7 +134,7 @@ impl<F: Scalar> SourceEngine<F> for StreamingEngine {
         let par = Params::<MaxSemiring>::new(problem.shared());
         let dd = problem.shared().has_duration_dependent_transition();
         let rows = self.rows_per_chunk();
-        let delta = self.delta(problem.shape());
+        let (delta, adaptive) = self.viterbi_delta(problem.shape());
         let batch = problem.shape().batch;
         let pipeline = self.pipelines(batch, rayon::current_num_threads());
         let results = map_indexed(self.parallelism, batch, |b| {
@@ -142,7 +142,8 @@ impl<F: Scalar> SourceEngine<F> for StreamingEngine {
             let bound = Some(problem.shared_bound());
             let mut seq = SeqIn::chunked(&src, b, rows, Dir::Up, bound);
             let mut ahead = pipeline.then(|| SeqIn::chunked(&src, b, rows, Dir::Up, None));
-            let d = viterbi::viterbi_checkpointed(&mut seq, ahead.as_mut(), &par, dd, delta);
+            let d =
+                viterbi::viterbi_checkpointed(&mut seq, ahead.as_mut(), &par, dd, delta, adaptive);
             seq.verify(false)?;
             if let Some(a) = &ahead {
                 a.verify(false)?;
@@ -178,10 +179,13 @@ impl StreamingEngine {
     /// - per reader of a source, `ρ·C·tensors·dtype_bytes` bytes of chunk buffer,
     ///   `ρ = min(rows per chunk, T)`: one per sequence in flight for the forward pass and
     ///   Viterbi, two for the backward pass;
-    /// - Viterbi: `n` checkpoints of the max forward state (at most `f·(saved + C + 3)` each,
+    /// - Viterbi: checkpoints of the max forward state (at most `f·(saved + 2C + 6)` each,
     ///   `saved` the ring and prefix sums: `K·C + C` words for a static transition, of which
     ///   a checkpoint keeps only the live windows) and one block of
-    ///   `w·Δ'·C` bytes of backpointers, instead of `w·(T+1)·C`; when
+    ///   `w·Δ'·C` bytes of backpointers, instead of `w·(T+1)·C`. With a configured `Δ`, `n`
+    ///   checkpoints; by default `Δ` starts at `K` and doubles while the checkpoints hold
+    ///   more than the blocks, so they hold at most the blocks' bytes plus two checkpoints,
+    ///   and `Δ` is at most the first `K·2^m` at which `n` full checkpoints fit; when
     ///   [`StreamingEngine::pipelines`], two blocks, a second max forward state and a second
     ///   reader (the traceback recomputes the next block on another thread);
     /// - backward: the ring of unfinished output rows `f·(K+2)·(3C+1)` and one output chunk
