@@ -191,10 +191,10 @@ impl StreamingEngine {
     /// - backward: the ring of unfinished output rows `f·(K+2)·(3C+1)` and one output chunk
     ///   `f·(ρ·(tensors·C + 1) + C)`, instead of nothing (the arrays are outputs).
     ///
-    /// With `Δ = max(K, ⌈sqrt(T·K)⌉)` both Viterbi and backward are `O(K·C + sqrt(T·K)·C)`
+    /// At the default `Δ` both Viterbi and backward are `O(K·C + sqrt(T·K)·C)`
     /// per sequence: one sequence of `(T, K, C) = (10⁷, 1000, 24)` in `f32` with a static
     /// transition and the default chunk, planned for two threads, needs 1.5 MB for the
-    /// forward pass, 27.5 MB for Viterbi and 159 MB for the backward pass (model §11).
+    /// forward pass, 44.9 MB for Viterbi and 159 MB for the backward pass (model §11).
     pub fn memory_bytes_streamed(
         &self,
         shape: Shape,

@@ -148,16 +148,17 @@ pub(crate) fn checkpointed_bytes(
     let (delta, states) = if adaptive {
         let per_position = blocks * width * c;
         let d = adaptive_interval(delta0, t, per_position, one.saturating_mul(8));
-        (
-            d,
-            ByteCount::bytes(&[per_position, d]) + ByteCount::f64s(&[2, one]),
-        )
+        // The states and their list hold at most the blocks' bytes plus two states, each at
+        // least `2C + 6` words; the list, grown by doubling, holds at most three times its
+        // states' headers while it moves.
+        let held = per_position.saturating_mul(d).saturating_add(16 * one);
+        let most = held / (8 * (2 * c + 6)) + 1;
+        (d, ByteCount::bytes(&[held]) + ByteCount::f64s(&[18, most]))
     } else {
-        (delta0, ByteCount::f64s(&[n0, one]))
+        // The list is reserved for the `n0` states (two vector headers each).
+        (delta0, ByteCount::f64s(&[n0, one + 6]))
     };
-    // The list of states is reserved for `n0` of them (two vectors each).
     states
-        + ByteCount::f64s(&[n0, 6])
         + ByteCount::f64s(&[c])
         + ByteCount::bytes(&[blocks * width, delta, c])
         + ByteCount::f64s(&[ahead.unwrap_or(0)])
@@ -521,14 +522,10 @@ struct Saved {
 }
 
 impl Saved {
-    /// Bytes held by the saved states.
+    /// Bytes held by the saved states, their list (two vector headers a state) included.
     fn bytes(&self) -> usize {
-        let words: usize = self
-            .states
-            .iter()
-            .map(|s| s.0.capacity() + 6 + self.c)
-            .sum();
-        8 * words
+        let words: usize = self.states.iter().map(|s| s.0.capacity() + self.c).sum();
+        8 * (words + 6 * self.states.capacity())
     }
 
     /// Doubles `Δ`, keeping the states before the multiples of the new one.
@@ -538,6 +535,7 @@ impl Saved {
             n += 1;
             n % 2 == 1
         });
+        self.states.shrink_to_fit();
         self.delta *= 2;
     }
 }
@@ -600,7 +598,8 @@ fn decode_checkpointed<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar>(
     let delta = super::backward::interval(delta, len);
     let n_blk = (len + 1).div_ceil(delta);
     let mut saved = Saved {
-        states: Vec::with_capacity(n_blk),
+        // Reserved only for a fixed interval: an adaptive one keeps far fewer.
+        states: Vec::with_capacity(if adaptive { 0 } else { n_blk }),
         c,
         delta,
         len,
