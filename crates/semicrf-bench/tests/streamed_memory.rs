@@ -166,3 +166,29 @@ fn ten_million_positions_a_thousand_durations_and_24_labels() {
     let _g = lock();
     check(10_000_000, 1000, 24, false);
 }
+
+/// The formula at the shape, as the model page and `memory_bytes_streamed` quote it
+/// (`f32`, static transition, planned for two threads).
+#[test]
+fn the_formula_at_ten_million_positions() {
+    let src = Synthetic {
+        lengths: vec![10_000_000],
+        c: 24,
+    };
+    let p = StreamedPotentials::builder(&src, 1000).build().unwrap();
+    let e = StreamingEngine::new();
+    let mb = |op: Op| {
+        let b = e
+            .memory_bytes_streamed(p.shape(), false, op, 2, 4, 1)
+            .finish("cpu/streaming", p.shape())
+            .unwrap();
+        (b as f64 / 1e5).round() / 10.0
+    };
+    let got = [
+        mb(Op::forward::<LogSemiring>()),
+        mb(Op::Viterbi),
+        mb(Op::Backward),
+    ];
+    println!("forward, Viterbi, backward: {got:?} MB");
+    assert_eq!(got, [1.5, 44.9, 158.8]);
+}

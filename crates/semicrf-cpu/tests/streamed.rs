@@ -367,3 +367,58 @@ fn a_source_with_no_sequence_or_no_label_is_refused() {
         }
     ));
 }
+
+/// Sparse transition columns (one finite source each) and durations forbidden below a
+/// label's shortest one, which the max sweep skips: the segments and scores of brute force,
+/// ties included; and on long sequences the checkpointed Viterbi with the interval it adapts
+/// (many blocks) equals the Viterbi with every backpointer.
+#[test]
+fn viterbi_skipping_forbidden_transitions_and_short_durations_matches_brute_force() {
+    let sparse = |o: &mut OwnedPotentials<f64>, c: usize, k: usize| {
+        let tr = o.transition.as_mut().unwrap();
+        for i in 0..c {
+            for j in 0..c {
+                if (i + j) % c != 0 {
+                    tr[[i, j]] = f64::NEG_INFINITY;
+                }
+            }
+        }
+        let dur = o.duration.as_mut().unwrap();
+        for j in 0..c {
+            for d in 1..(1 + j % 3).min(k) {
+                dur[[d - 1, j]] = f64::NEG_INFINITY;
+            }
+        }
+    };
+    for seed in 0..24 {
+        let (t, k, c) = (3 + seed as usize % 5, 1 + seed as usize % 4, 4);
+        let mut owned = tied(seed, 2, t, k, c, false);
+        sparse(&mut owned, c, k);
+        let p = owned.view().unwrap();
+        let prob: Problem<f64> = p.clone().into();
+        let full = StreamingEngine::new().viterbi(&prob).unwrap();
+        let s = StreamedPotentials::of(&p);
+        assert_eq!(StreamingEngine::new().viterbi_streamed(&s).unwrap(), full);
+        for (b, d) in full.iter().enumerate() {
+            let bf = brute_force(&p, b).unwrap();
+            assert_eq!(d.score, bf.max, "seed {seed}");
+            if d.score > f64::NEG_INFINITY {
+                assert_eq!(gold_score(&p, b, &d.segments).unwrap(), bf.max);
+            }
+        }
+    }
+    for seed in 0..3 {
+        let (t, k, c) = (4000, 5, 8);
+        let mut owned = tied(100 + seed, 1, t, k, c, false);
+        sparse(&mut owned, c, k);
+        let p = owned.view().unwrap();
+        let prob: Problem<f64> = p.clone().into();
+        let full = StreamingEngine::new().viterbi(&prob).unwrap();
+        assert!(full[0].score > f64::NEG_INFINITY);
+        let s = StreamedPotentials::of(&p);
+        for par in [Parallelism::Sequential, Parallelism::Rayon] {
+            let e = StreamingEngine::new().parallelism(par);
+            assert_eq!(e.viterbi_streamed(&s).unwrap(), full, "seed {seed}");
+        }
+    }
+}

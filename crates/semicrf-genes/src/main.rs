@@ -76,6 +76,13 @@ enum Command {
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
+        /// Where to decode: `cpu`, or `cuda` / `cuda:N` (needs the `cuda` feature).
+        #[arg(long, default_value = "cpu", value_parser = parse_device)]
+        device: Device,
+        /// Decode from the whole potentials computed up front, every backpointer kept
+        /// (memory `O(T·C)`): the reference path, for comparison.
+        #[arg(long)]
+        materialised: bool,
     },
     /// Score predictions (GFF3) against annotated genes (GenBank).
     Eval {
@@ -116,6 +123,7 @@ struct TrainArgs {
     quiet: bool,
 }
 
+/// `cpu`, `cuda` (device 0) or `cuda:N`.
 fn parse_device(s: &str) -> Result<Device, String> {
     match s {
         "cpu" => Ok(Device::Cpu),
@@ -238,6 +246,8 @@ fn run(cli: Cli) -> Result<(), Error> {
             input,
             out,
             quiet,
+            device,
+            materialised,
         } => {
             let m = match model {
                 Some(path) => modelfile::load(&path)?,
@@ -247,6 +257,8 @@ fn run(cli: Cli) -> Result<(), Error> {
             let clock = std::time::Instant::now();
             let cfg = PredictConfig {
                 progress: !quiet,
+                device,
+                materialised,
                 ..PredictConfig::default()
             };
             let predicted = predict::predict(&m, &records, &cfg)?;

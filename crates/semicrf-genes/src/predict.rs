@@ -2,11 +2,11 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
-use semicrf::StreamedPotentials;
+use semicrf::{Backend, Config, Device, Parallelism, Problem, SemiCrf, StreamedPotentials};
 
 use crate::Error;
 use crate::data::{Gene, Record};
-use crate::model::{Model, Prepared, Source, engine, genes_of};
+use crate::model::{Model, Prepared, Source, genes_of};
 
 /// Decoding settings.
 #[derive(Clone, Debug)]
@@ -15,6 +15,13 @@ pub struct PredictConfig {
     pub progress: bool,
     /// Memory the engine may use per sequence, bytes.
     pub memory_budget: u64,
+    /// Where the engine runs: the CPU, or a CUDA device (which needs the `cuda` feature and
+    /// an engine that reads a potentials source there).
+    pub device: Device,
+    /// Decode from the whole `(T, C)` potentials, computed up front, with every backpointer
+    /// kept (`O(T·C)` memory), instead of from a source: the reference that the streamed
+    /// path is compared with (the same genes).
+    pub materialised: bool,
 }
 
 impl Default for PredictConfig {
@@ -22,8 +29,28 @@ impl Default for PredictConfig {
         PredictConfig {
             progress: true,
             memory_budget: 64 << 30,
+            device: Device::Cpu,
+            materialised: false,
         }
     }
+}
+
+/// The engine of one sequence's decoding: the streaming algorithm on `cfg.device`;
+/// `parallel`, when fewer sequences than threads are decoded at once, lets it use the idle
+/// threads (on the CPU, the traceback recomputes the next block on a second thread).
+fn engine(cfg: &PredictConfig, parallel: bool) -> SemiCrf {
+    let parallelism = if parallel {
+        Parallelism::Rayon
+    } else {
+        Parallelism::Sequential
+    };
+    SemiCrf::with_config(
+        Config::new()
+            .backend(Backend::Streaming)
+            .device(cfg.device)
+            .parallelism(parallelism)
+            .memory_budget(cfg.memory_budget),
+    )
 }
 
 /// The genes of one sequence: the model's Viterbi segmentation, its potentials computed
@@ -31,20 +58,42 @@ impl Default for PredictConfig {
 /// instead of backpointers, so memory grows with the square root of the length (besides the
 /// prepared sequence, 2 bytes a base).
 pub fn predict_one(model: &Model, seq: &[u8], cfg: &PredictConfig) -> Result<Vec<Gene>, Error> {
+    decode(model, seq, cfg, false)
+}
+
+/// [`predict_one`] on an engine that may use the idle threads (`parallel`).
+fn decode(
+    model: &Model,
+    seq: &[u8],
+    cfg: &PredictConfig,
+    parallel: bool,
+) -> Result<Vec<Gene>, Error> {
     if seq.is_empty() {
         return Ok(Vec::new());
     }
-    let prepared = Prepared::lean(seq);
-    let shared = model.shared::<f32>();
-    let source = Source::new(model, &prepared);
-    let problem = StreamedPotentials::builder(&source, shared.duration.nrows())
-        .transition(shared.transition.view())
-        .duration(shared.duration.view())
-        .start(shared.start.view())
-        .end(shared.end.view())
-        .build()?;
-    let crf = engine(cfg.memory_budget);
-    let best = crf.viterbi_streamed(&problem)?;
+    if cfg.device != Device::Cpu && !cfg!(feature = "cuda") {
+        return Err(Error::Model(format!(
+            "--device {}: semicrf-genes was built without CUDA (build it with `--features cuda`)",
+            cfg.device
+        )));
+    }
+    let crf = engine(cfg, parallel);
+    let best = if cfg.materialised {
+        let arrays = model.potentials::<f32>(&Prepared::lean(seq));
+        let problem: Problem<f32> = arrays.view()?.into();
+        crf.viterbi(&problem)?
+    } else {
+        let prepared = Prepared::lean(seq);
+        let shared = model.shared::<f32>();
+        let source = Source::new(model, &prepared);
+        let problem = StreamedPotentials::builder(&source, shared.duration.nrows())
+            .transition(shared.transition.view())
+            .duration(shared.duration.view())
+            .start(shared.start.view())
+            .end(shared.end.view())
+            .build()?;
+        crf.viterbi_streamed(&problem)?
+    };
     if best[0].score == f64::NEG_INFINITY {
         // Every sequence has an all-intergenic segmentation: -inf here is a bug, not an answer.
         return Err(Error::Model(
@@ -75,10 +124,12 @@ pub fn predict(
     } else {
         ProgressBar::hidden()
     };
+    // Fewer sequences than threads: each decoding may use the threads left idle.
+    let parallel = records.len() < rayon::current_num_threads();
     let out = records
         .par_iter()
         .map(|r| {
-            let genes = predict_one(model, &r.seq, cfg).map_err(|e| match e {
+            let genes = decode(model, &r.seq, cfg, parallel).map_err(|e| match e {
                 Error::Model(m) => Error::Model(format!("{}: {m}", r.name)),
                 other => other,
             })?;
@@ -88,4 +139,55 @@ pub fn predict(
         .collect::<Result<Vec<_>, Error>>();
     bar.finish_and_clear();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::labels::PIECE;
+
+    fn quiet(materialised: bool) -> PredictConfig {
+        PredictConfig {
+            progress: false,
+            materialised,
+            ..PredictConfig::default()
+        }
+    }
+
+    #[test]
+    fn decoding_from_the_source_gives_the_genes_of_the_materialised_potentials() {
+        let mut rng = ChaCha8Rng::seed_from_u64(27);
+        let mut model = Model::new(PIECE + 60);
+        for w in model.w.iter_mut() {
+            *w = rng.random_range(-1.0..1.0);
+        }
+        let records: Vec<Record> = crate::embedded::test()
+            .unwrap()
+            .into_iter()
+            .take(4)
+            .collect();
+        let want = predict(&model, &records, &quiet(true)).unwrap();
+        let genes: usize = want.iter().map(|(_, g)| g.len()).sum();
+        assert!(genes > 0, "no gene to compare");
+        assert_eq!(predict(&model, &records, &quiet(false)).unwrap(), want);
+        // One sequence at a time, the traceback on one thread, too.
+        for (r, (_, g)) in records.iter().zip(&want) {
+            assert_eq!(&predict_one(&model, &r.seq, &quiet(false)).unwrap(), g);
+        }
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn cuda_without_the_feature_is_a_clear_error() {
+        let model = Model::new(PIECE + 1);
+        let cfg = PredictConfig {
+            device: Device::Cuda(0),
+            ..quiet(false)
+        };
+        let err = predict_one(&model, &[0, 1, 2, 3], &cfg).unwrap_err();
+        assert!(err.to_string().contains("--features cuda"), "{err}");
+    }
 }

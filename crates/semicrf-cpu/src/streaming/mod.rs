@@ -112,8 +112,10 @@ pub struct StreamingEngine {
     /// Threading: over the sequences of the batch.
     pub parallelism: Parallelism,
     /// Positions between saved forward states in the backward pass (and in the Viterbi of a
-    /// streamed problem); `None` picks `max(K, ⌈sqrt(T·K)⌉)`, which minimises memory. Any
-    /// value `>= 1` gives the same results bitwise.
+    /// streamed problem); `None` picks `max(K, ⌈sqrt(T·K)⌉)`, which minimises memory (for
+    /// Viterbi, an interval that adapts to the size of the checkpoints during the sweep:
+    /// [`StreamingEngine::memory_bytes_streamed`]). Any value `>= 1` gives the same results
+    /// bitwise.
     pub checkpoint_interval: Option<usize>,
     /// Rows asked of a [`PotentialSource`](semicrf_core::PotentialSource) at a time, and
     /// delivered to a [`GradientSink`](semicrf_core::GradientSink) at a time; `None`:
@@ -168,6 +170,18 @@ impl StreamingEngine {
                 let tk = (shape.len as f64) * (shape.max_duration as f64);
                 (tk.sqrt().ceil() as usize).max(shape.max_duration).max(1)
             }
+        }
+    }
+
+    /// The checkpoint interval of Viterbi on a source, and whether it adapts: the configured
+    /// one, fixed; or by default `max(K, 1)` doubled during the sweep while the checkpoints
+    /// hold more bytes than the blocks of backpointers, so that both stay near their balance
+    /// `O(sqrt(T·S·C))` for checkpoints of `S` words (a static transition's checkpoint keeps
+    /// only the open windows, often far fewer than `K·C` words).
+    pub(crate) fn viterbi_delta(&self, shape: Shape) -> (usize, bool) {
+        match self.checkpoint_interval {
+            Some(d) => (d.max(1), false),
+            None => (shape.max_duration.max(1), true),
         }
     }
 
@@ -257,9 +271,9 @@ impl StreamingEngine {
                 // With a pipelined traceback, a second sweep, block and reader.
                 let pipeline = self.pipelines(b, threads);
                 let ahead = pipeline.then_some(fwd + k.max(c));
-                let delta = self.delta(shape);
-                ByteCount::f64s(&[fwd + k.max(c)])
-                    + viterbi::checkpointed_bytes(k, c, t, delta, saved, ahead)
+                let (delta, adaptive) = self.viterbi_delta(shape);
+                ByteCount::f64s(&[fwd + k.max(c) + viterbi::sweep_words(c)])
+                    + viterbi::checkpointed_bytes(k, c, t, delta, adaptive, saved, ahead)
                     + reader
                     + if pipeline { reader } else { ByteCount::ZERO }
             }
@@ -268,7 +282,7 @@ impl StreamingEngine {
                 // while C <= 256) per position and label.
                 let width =
                     if k <= u16::MAX as usize { 2 } else { 4 } + if c <= 256 { 1 } else { 4 };
-                ByteCount::f64s(&[fwd + k.max(c)])
+                ByteCount::f64s(&[fwd + k.max(c) + viterbi::sweep_words(c)])
                     + ByteCount::bytes(&[width, t.saturating_add(1), c])
             }
             Op::Backward => {

@@ -134,7 +134,7 @@ impl<F: Scalar> SourceEngine<F> for StreamingEngine {
         let par = Params::<MaxSemiring>::new(problem.shared());
         let dd = problem.shared().has_duration_dependent_transition();
         let rows = self.rows_per_chunk();
-        let delta = self.delta(problem.shape());
+        let (delta, adaptive) = self.viterbi_delta(problem.shape());
         let batch = problem.shape().batch;
         let pipeline = self.pipelines(batch, rayon::current_num_threads());
         let results = map_indexed(self.parallelism, batch, |b| {
@@ -142,7 +142,8 @@ impl<F: Scalar> SourceEngine<F> for StreamingEngine {
             let bound = Some(problem.shared_bound());
             let mut seq = SeqIn::chunked(&src, b, rows, Dir::Up, bound);
             let mut ahead = pipeline.then(|| SeqIn::chunked(&src, b, rows, Dir::Up, None));
-            let d = viterbi::viterbi_checkpointed(&mut seq, ahead.as_mut(), &par, dd, delta);
+            let d =
+                viterbi::viterbi_checkpointed(&mut seq, ahead.as_mut(), &par, dd, delta, adaptive);
             seq.verify(false)?;
             if let Some(a) = &ahead {
                 a.verify(false)?;
@@ -178,19 +179,22 @@ impl StreamingEngine {
     /// - per reader of a source, `ρ·C·tensors·dtype_bytes` bytes of chunk buffer,
     ///   `ρ = min(rows per chunk, T)`: one per sequence in flight for the forward pass and
     ///   Viterbi, two for the backward pass;
-    /// - Viterbi: `n` checkpoints of the max forward state (at most `f·(saved + C + 3)` each,
+    /// - Viterbi: checkpoints of the max forward state (at most `f·(saved + 2C + 6)` each,
     ///   `saved` the ring and prefix sums: `K·C + C` words for a static transition, of which
     ///   a checkpoint keeps only the live windows) and one block of
-    ///   `w·Δ'·C` bytes of backpointers, instead of `w·(T+1)·C`; when
+    ///   `w·Δ'·C` bytes of backpointers, instead of `w·(T+1)·C`. With a configured `Δ`, `n`
+    ///   checkpoints; by default `Δ` starts at `K` and doubles while the checkpoints hold
+    ///   more than the blocks, so they hold at most the blocks' bytes plus two checkpoints,
+    ///   and `Δ` is at most the first `K·2^m` at which `n` full checkpoints fit; when
     ///   [`StreamingEngine::pipelines`], two blocks, a second max forward state and a second
     ///   reader (the traceback recomputes the next block on another thread);
     /// - backward: the ring of unfinished output rows `f·(K+2)·(3C+1)` and one output chunk
     ///   `f·(ρ·(tensors·C + 1) + C)`, instead of nothing (the arrays are outputs).
     ///
-    /// With `Δ = max(K, ⌈sqrt(T·K)⌉)` both Viterbi and backward are `O(K·C + sqrt(T·K)·C)`
+    /// At the default `Δ` both Viterbi and backward are `O(K·C + sqrt(T·K)·C)`
     /// per sequence: one sequence of `(T, K, C) = (10⁷, 1000, 24)` in `f32` with a static
     /// transition and the default chunk, planned for two threads, needs 1.5 MB for the
-    /// forward pass, 27.5 MB for Viterbi and 159 MB for the backward pass (model §11).
+    /// forward pass, 44.9 MB for Viterbi and 159 MB for the backward pass (model §11).
     pub fn memory_bytes_streamed(
         &self,
         shape: Shape,

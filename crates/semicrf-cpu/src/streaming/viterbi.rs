@@ -13,12 +13,20 @@
 //!   forward sweeps and the memory `O(K·C + (L/Δ)·K·C + Δ·C)`, `O(sqrt(L·K)·C)` at
 //!   `Δ = sqrt(L·K)`. With a static transition a checkpoint holds only the ring entries a
 //!   later window can read (per label, its last `min(K_j, p - z_j)` starts), so labels cut
-//!   by `-inf` scores or with short durations cost what their windows hold. A restored state is bitwise the one the sweep left, so the
+//!   by `-inf` scores or with short durations cost what their windows hold. By default `Δ`
+//!   starts at `K` and doubles (every other checkpoint dropped) whenever the checkpoints
+//!   hold more bytes than the blocks of backpointers, so both stay balanced whatever a
+//!   checkpoint holds. A restored state is bitwise the one the sweep left, so the
 //!   backpointers, hence the segments (ties included), are those of [`decode_full`].
+//!
+//! The static sweep skips what cannot win: a window's starts closer than the label's
+//! shortest finite duration, and in a transition column with at most a quarter of its
+//! entries finite, the `-inf` ones. The maxima and their first or last positions are those of
+//! the full scans, bitwise.
 
 use semicrf_core::{Decoded, MaxSemiring, Scalar, Segment, decode_best};
 use semicrf_semiring::Ring;
-use semicrf_semiring::kernels::argmax_add;
+use semicrf_semiring::kernels::{add_max, argmax_add};
 
 use super::forward::{DdFwd, Forward, StaticFwd};
 use super::input::SeqIn;
@@ -75,19 +83,31 @@ pub(crate) fn viterbi_full<F: Scalar>(
     }
 }
 
-/// Viterbi of one sequence with checkpoints every `delta` positions and no backpointers
-/// beyond one block (two with `ahead`, a second reader for recomputing the next block on
-/// another thread).
+/// Viterbi of one sequence with checkpoints every `delta` positions (`adaptive`: every
+/// `delta · 2^m`, doubled while the checkpoints hold more than the blocks of backpointers) and
+/// no backpointers beyond one block (two with `ahead`, a second reader for recomputing the
+/// next block on another thread).
 pub(crate) fn viterbi_checkpointed<F: Scalar>(
     seq: &mut SeqIn<'_, F>,
     ahead: Option<&mut SeqIn<'_, F>>,
     par: &Params<MaxSemiring>,
     dd: bool,
     delta: usize,
+    adaptive: bool,
 ) -> Decoded {
     let (k, c) = (par.k, par.c);
     if dd {
-        narrowest!(decode_checkpointed, DdSweep, k, c, seq, ahead, par, delta)
+        narrowest!(
+            decode_checkpointed,
+            DdSweep,
+            k,
+            c,
+            seq,
+            ahead,
+            par,
+            delta,
+            adaptive
+        )
     } else {
         narrowest!(
             decode_checkpointed,
@@ -97,30 +117,48 @@ pub(crate) fn viterbi_checkpointed<F: Scalar>(
             seq,
             ahead,
             par,
-            delta
+            delta,
+            adaptive
         )
     }
 }
 
 /// Bytes of the checkpointed Viterbi of one sequence of padded length `t` besides the
 /// forward state: checkpoints of at most `saved` words (and `C` first-admissible starts)
-/// every `delta` positions, and one block of backpointers, or with `ahead` two blocks and a second
-/// forward state of `fwd` words.
+/// every `delta` positions (`adaptive`: at most [`adaptive_interval`], and then at most as
+/// many bytes as the blocks plus two checkpoints), and one block of backpointers, or with
+/// `ahead` two blocks and a second forward state of `fwd` words.
 pub(crate) fn checkpointed_bytes(
     k: usize,
     c: usize,
     t: usize,
     delta: usize,
+    adaptive: bool,
     saved: usize,
     ahead: Option<usize>,
 ) -> semicrf_core::ByteCount {
     use semicrf_core::ByteCount;
-    let delta = super::backward::interval(delta, t);
-    let n = t.saturating_add(1).div_ceil(delta);
+    let delta0 = super::backward::interval(delta, t);
+    let n0 = t.saturating_add(1).div_ceil(delta0);
     let width = if k <= u16::MAX as usize { 2 } else { 4 } + if c <= 256 { 1 } else { 4 };
     let blocks = if ahead.is_some() { 2 } else { 1 };
-    // A checkpoint holds at most the whole state, in a vector of its own (3 words of header).
-    ByteCount::f64s(&[n, saved + c + 3])
+    // A checkpoint: the state, at most `saved + C` words, and `C` starts, in two vectors of
+    // their own (3 words of header each).
+    let one = saved + 2 * c + 6;
+    let (delta, states) = if adaptive {
+        let per_position = blocks * width * c;
+        let d = adaptive_interval(delta0, t, per_position, one.saturating_mul(8));
+        // The states and their list hold at most the blocks' bytes plus two states, each at
+        // least `2C + 6` words; the list, grown by doubling, holds at most three times its
+        // states' headers while it moves.
+        let held = per_position.saturating_mul(d).saturating_add(16 * one);
+        let most = held / (8 * (2 * c + 6)) + 1;
+        (d, ByteCount::bytes(&[held]) + ByteCount::f64s(&[18, most]))
+    } else {
+        // The list is reserved for the `n0` states (two vector headers each).
+        (delta0, ByteCount::f64s(&[n0, one + 6]))
+    };
+    states
         + ByteCount::f64s(&[c])
         + ByteCount::bytes(&[blocks * width, delta, c])
         + ByteCount::f64s(&[ahead.unwrap_or(0)])
@@ -167,6 +205,56 @@ trait Sweep: Sized + Send {
 struct StaticSweep {
     f: StaticFwd<MaxSemiring>,
     buf: Vec<f64>,
+    /// The shortest duration of label `j` whose weight is finite (1 when none is): a window
+    /// skips its latest `dmin[j] - 1` starts, whose terms are `-inf`.
+    dmin: Vec<usize>,
+    tr: Sources,
+}
+
+/// The finite entries of each column of a static transition, for the columns that are
+/// sparse: `u_s(j)` is then a max over those sources only. The values are the column's own,
+/// in increasing `i`, so the maximum and its first position are bitwise those of the dense
+/// scan (a `-inf` term is never the maximum unless every term is, and then both give
+/// `(-inf, 0)`).
+struct Sources {
+    /// Column `j`'s sources are `from[at[j]..at[j + 1]]`, or `None` when it is dense.
+    at: Vec<Option<(usize, usize)>>,
+    from: Vec<usize>,
+    w: Vec<f64>,
+}
+
+/// `f64` words of a static sweep's own lists besides its forward state, for `C` labels.
+pub(crate) fn sweep_words(c: usize) -> usize {
+    Sources::words(c) + c + 3
+}
+
+impl Sources {
+    /// A column is taken as sparse when at most a quarter of its entries are finite.
+    fn new(par: &Params<MaxSemiring>) -> Sources {
+        let c = par.c;
+        let (mut at, mut from, mut w) = (Vec::with_capacity(c), Vec::new(), Vec::new());
+        for j in 0..c {
+            let col = par.matrix.column(j);
+            let finite = col.iter().filter(|&&x| x > NEG).count();
+            if 4 * finite <= c {
+                let a = from.len();
+                for (i, &x) in col.iter().enumerate().filter(|&(_, &x)| x > NEG) {
+                    from.push(i);
+                    w.push(x);
+                }
+                at.push(Some((a, from.len())));
+            } else {
+                at.push(None);
+            }
+        }
+        Sources { at, from, w }
+    }
+
+    /// `f64` words of the lists for `C` labels at most (three vectors: a pair of bounds per
+    /// column, at most `C²` sources and their values).
+    fn words(c: usize) -> usize {
+        2 * c * c + 3 * c + 9
+    }
 }
 
 impl Sweep for StaticSweep {
@@ -214,9 +302,19 @@ impl Sweep for StaticSweep {
         self.f.prefix.restore(&from[..c], z, p);
     }
     fn new(par: &Params<MaxSemiring>) -> Self {
+        let (k, c) = (par.k, par.c);
+        let dmin = (0..c)
+            .map(|j| {
+                (1..=par.kmax[j])
+                    .find(|&d| par.dur[j * k + d - 1] > NEG)
+                    .unwrap_or(1)
+            })
+            .collect();
         StaticSweep {
             f: StaticFwd::new(par),
-            buf: vec![0.0; par.k.max(par.c)],
+            buf: vec![0.0; k.max(c)],
+            dmin,
+            tr: Sources::new(par),
         }
     }
     fn fw(&mut self) -> &mut Self::Fw {
@@ -241,15 +339,25 @@ impl Sweep for StaticSweep {
             f.windows(p);
             for j in 0..c {
                 let n = f.len[j];
-                if n == 0 {
+                // The window's entries of durations `n` down to `dmin[j]` (the rest are -inf).
+                let m = (n + 1).saturating_sub(self.dmin[j]);
+                if m == 0 {
                     f.alpha[j] = NEG;
                     if let Some((d, _)) = bp.as_mut() {
                         d[j] = D::default();
                     }
                     continue;
                 }
-                let w = f.ring.window(j, f.first[j], n);
-                let (best, e) = argmax_add(w, par.weights.window(j, n), true, buf);
+                let (w, wt) = (
+                    &f.ring.window(j, f.first[j], n)[..m],
+                    &par.weights.window(j, n)[..m],
+                );
+                // Without backpointers to record, the maximum alone (the same value).
+                let (best, e) = if bp.is_some() {
+                    argmax_add(w, wt, true, buf)
+                } else {
+                    (add_max(w, wt, &mut buf[..m]), 0)
+                };
                 // As the forward's `α ⊗ lift(P + eb)`, so the score is the max forward's.
                 f.alpha[j] = best + (f.prefix.pref[j] + f.row[j]);
                 if let Some((d, _)) = bp.as_mut() {
@@ -260,7 +368,20 @@ impl Sweep for StaticSweep {
                 return;
             }
             for j in 0..c {
-                let (best, i) = argmax_add(&f.alpha, par.matrix.column(j), false, buf);
+                let (best, i) = match self.tr.at[j] {
+                    Some((a, b)) => {
+                        let (mut best, mut arg) = (NEG, 0);
+                        for (&i, &x) in self.tr.from[a..b].iter().zip(&self.tr.w[a..b]) {
+                            let y = f.alpha[i] + x;
+                            if y > best {
+                                (best, arg) = (y, i);
+                            }
+                        }
+                        (best, arg)
+                    }
+                    None if bp.is_some() => argmax_add(&f.alpha, par.matrix.column(j), false, buf),
+                    None => (add_max(&f.alpha, par.matrix.column(j), &mut buf[..c]), 0),
+                };
                 f.u[j] = best;
                 if let Some((_, l)) = bp.as_mut() {
                     l[j] = P::put(i);
@@ -393,11 +514,50 @@ struct Block<D, P> {
 
 /// The forward states saved before every block ([`Sweep::save`]).
 struct Saved {
-    states: Vec<Vec<f64>>,
-    zs: Vec<usize>,
+    /// Each state with its `C` first-admissible starts.
+    states: Vec<(Vec<f64>, Vec<usize>)>,
     c: usize,
     delta: usize,
     len: usize,
+}
+
+impl Saved {
+    /// Bytes held by the saved states, their list (two vector headers a state) included.
+    fn bytes(&self) -> usize {
+        let words: usize = self.states.iter().map(|s| s.0.capacity() + self.c).sum();
+        8 * (words + 6 * self.states.capacity())
+    }
+
+    /// Doubles `Δ`, keeping the states before the multiples of the new one.
+    fn thin(&mut self) {
+        let mut n = 0;
+        self.states.retain(|_| {
+            n += 1;
+            n % 2 == 1
+        });
+        self.states.shrink_to_fit();
+        self.delta *= 2;
+    }
+}
+
+/// The checkpoint interval that a sweep starting at `delta` reaches when it doubles the
+/// interval whenever its checkpoints hold more bytes than its blocks of backpointers
+/// (`block_bytes` a position), each checkpoint of at most `ckpt_bytes`: the smallest
+/// `delta · 2^m` at which all `⌈(len+1)/Δ⌉` checkpoints fit, or at which doubling would pass
+/// `len + 1`.
+pub(crate) fn adaptive_interval(
+    delta: usize,
+    len: usize,
+    block_bytes: usize,
+    ckpt_bytes: usize,
+) -> usize {
+    let mut d = super::backward::interval(delta, len);
+    while (len + 1).div_ceil(d).saturating_mul(ckpt_bytes) > d.saturating_mul(block_bytes)
+        && d.saturating_mul(2) <= len + 1
+    {
+        d *= 2;
+    }
+    d
 }
 
 /// What recomputes blocks: a sweep, its reader and the block it fills.
@@ -413,8 +573,8 @@ impl<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar> Worker<'_, '_, Sw, D, P, F> {
         let (c, delta) = (saved.c, saved.delta);
         let p0 = n * delta;
         let p1 = ((n + 1) * delta).min(saved.len + 1);
-        let z = &saved.zs[n * c..(n + 1) * c];
-        self.sw.restore(p0, par, &saved.states[n], z);
+        let (state, z) = &saved.states[n];
+        self.sw.restore(p0, par, state, z);
         for p in p0..p1 {
             let r = (p - p0) * c..(p - p0 + 1) * c;
             let rows = (&mut self.blk.dur[r.clone()], &mut self.blk.prev[r]);
@@ -432,27 +592,38 @@ fn decode_checkpointed<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar>(
     ahead: Option<&mut SeqIn<'_, F>>,
     par: &Params<MaxSemiring>,
     delta: usize,
+    adaptive: bool,
 ) -> Decoded {
     let (c, len) = (par.c, seq.len);
     let delta = super::backward::interval(delta, len);
     let n_blk = (len + 1).div_ceil(delta);
     let mut saved = Saved {
-        states: Vec::with_capacity(n_blk),
-        zs: vec![0usize; n_blk * c],
+        // Reserved only for a fixed interval: an adaptive one keeps far fewer.
+        states: Vec::with_capacity(if adaptive { 0 } else { n_blk }),
         c,
         delta,
         len,
     };
+    // Bytes of backpointers a position, over the blocks the traceback holds.
+    let per_position = if ahead.is_some() { 2 } else { 1 } * c * (size_of::<D>() + size_of::<P>());
     let mut sw = Sw::new(par);
     for p in 0..=len {
-        if p % delta == 0 {
-            let n = p / delta;
-            let mut state = Vec::new();
-            sw.save(p, par, &mut state, &mut saved.zs[n * c..(n + 1) * c]);
-            saved.states.push(state);
+        if p % saved.delta == 0 {
+            let (mut state, mut z) = (Vec::new(), vec![0; c]);
+            sw.save(p, par, &mut state, &mut z);
+            saved.states.push((state, z));
+            // Checkpoints that hold more than the blocks: half of them go, so both stay
+            // balanced at `O(sqrt(T·S·C))` for checkpoints of `S` words, whatever `S` is.
+            while adaptive
+                && saved.bytes() > saved.delta * per_position
+                && 2 * saved.delta <= len + 1
+            {
+                saved.thin();
+            }
         }
         sw.step::<D, P, F>(p, &*seq, par, None);
     }
+    let delta = saved.delta;
     let (mut score, mut last) = (NEG, 0);
     for (j, (&a, &e)) in sw.alpha().iter().zip(&par.end).enumerate() {
         let x = a + e;
