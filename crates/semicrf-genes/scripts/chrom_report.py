@@ -232,6 +232,8 @@ def summary(sets, seqs):
                                           for n in names])
     rows.append(["introns"] + [f"{len(stat[n]['introns']):,}" for n in names])
     rows.append(["median intron length"] + [median(stat[n]["introns"]) for n in names])
+    rows.append(["introns under 4 bases (GT…AG overlaps the exons)"]
+                + [f"{sum(i < 4 for i in stat[n]['introns']):,}" for n in names])
     facts = {n: [c for c in (checks(g, seqs) for g in sets[n]) if c is not None] for n in names}
     if any(facts.values()):
         labels = ["spliced start codon not ATG", "start codon split by an intron",
