@@ -282,7 +282,7 @@ def short_exons(name, genes, seqs, limit):
     print(f"Exons of `{name}` shorter than {limit} bases: {len(found):,}.\n")
     if not found:
         return
-    rows, adjacent, flagged = [], [], {}
+    rows, adjacent, near_long, flagged = [], [], 0, {}
     for g, k, c, e in found:
         length = e[1] - e[0] + 1
         gi = g.introns()
@@ -290,18 +290,19 @@ def short_exons(name, genes, seqs, limit):
         left = gi[i - 1] if i > 0 else None
         right = gi[i] if i < len(gi) else None
         up, down = (left, right) if g.strand == "+" else (right, left)
-        adjacent += [x for x in (up, down) if x is not None]
+        beside = [x for x in (up, down) if x is not None]
+        adjacent += beside
+        near_long += any(x >= 1000 for x in beside)
         ck = checks(g, seqs)
         notes = []
         if c == "initial" and length < 3:
-            notes.append("start codon split")
+            notes.append("start codon split by the intron")
         if c == "terminal" and length < 6:
-            notes.append(f"{length - 3} coding base(s) + stop")
+            notes.append("fewer than 3 coding bases")
         if ck[2]:
             notes.append("gene has an in-frame stop" + (" across a junction" if ck[3] else ""))
         for nt in notes:
-            key = nt.split(" (")[0] if not nt[0].isdigit() else "terminal: under 3 coding bases"
-            flagged[key] = flagged.get(key, 0) + 1
+            flagged[nt] = flagged.get(nt, 0) + 1
         before = sum(b - a + 1 for a, b in g.in_order()[:k])
         phases = (str(before % 3) if up is not None else "–") + " / " + (
             str((before + length) % 3) if down is not None else "–")
@@ -311,20 +312,17 @@ def short_exons(name, genes, seqs, limit):
                      phases, "; ".join(notes) or "–"])
     by_class = {c: [int(r[2]) for r in rows if r[1] == c] for c in CLASSES}
     print(table(["class", "count", "lengths (count)"],
-                [[c, str(len(v)), ", ".join(f"{l}: {v.count(l)}" for l in sorted(set(v)))]
+                [[c, str(len(v)), ", ".join(f"{n}: {v.count(n)}" for n in sorted(set(v)))]
                  for c, v in by_class.items() if v]))
     print()
     print(f"- median length of the introns beside them: {median(adjacent)} "
           f"(all introns of `{name}`: {median([i for g in genes for i in g.introns()])})")
-    print(f"- beside an intron of 1,000 bases or more: "
-          f"{sum(1 for r in rows if any(x != '–' and int(x.replace(',', '')) >= 1000 for x in r[3:5]))}")
-    for key, v in sorted(flagged.items()):
-        print(f"- {key}: {v}")
+    print(f"- beside an intron of 1,000 bases or more: {near_long}")
+    for note, v in sorted(flagged.items()):
+        print(f"- {note}: {v}")
     print()
     print(table(["exon", "class", "length", "intron before", "intron after",
-                 "intron phases", "notes"], rows[:12]))
-    if len(rows) > 12:
-        print(f"\n({len(rows) - 12} more not shown)")
+                 "intron phases", "notes"], rows))
     print()
 
 
