@@ -75,6 +75,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod checks;
 mod engine;
 pub mod enumerate;
 mod error;

@@ -5,7 +5,7 @@
 
 use ndarray::{ArrayView, ArrayView1, ArrayView2, ArrayViewD, Dimension};
 
-use crate::potentials::{check_shared_values, shared_views};
+use crate::checks::{check_shared_values, shared_views};
 use crate::range::{self, Largest, Magnitude, SharedBound};
 use crate::{Error, Potentials, Result, Scalar, Shape, Transition};
 

@@ -1,0 +1,272 @@
+//! The two max-semiring sweeps of [`Sweep`](super::Sweep): the static transition's, with its
+//! skips of what cannot win, and the duration-dependent one's.
+
+use semicrf_core::{MaxSemiring, Scalar};
+use semicrf_semiring::Ring;
+use semicrf_semiring::kernels::{add_max, argmax_add};
+
+use super::{NEG, Pointer, Sweep};
+use crate::streaming::forward::{DdFwd, Forward, StaticFwd};
+use crate::streaming::input::SeqIn;
+use crate::streaming::params::Params;
+
+/// Static transition: `dur[t][j]` is the best duration of a segment of label `j` ending at
+/// `t`, `prev[s][j]` the best previous label of a segment of label `j` starting at `s`. Ties:
+/// the smaller duration (windows run from the longest duration down, so the last maximum
+/// wins), then the smaller previous label (the first maximum).
+pub(super) struct StaticSweep {
+    f: StaticFwd<MaxSemiring>,
+    buf: Vec<f64>,
+    /// The shortest duration of label `j` whose weight is finite (1 when none is): a window
+    /// skips its latest `dmin[j] - 1` starts, whose terms are `-inf`.
+    dmin: Vec<usize>,
+    tr: Sources,
+}
+
+/// The finite entries of each column of a static transition, for the columns that are
+/// sparse: `u_s(j)` is then a max over those sources only. The values are the column's own,
+/// in increasing `i`, so the maximum and its first position are bitwise those of the dense
+/// scan (a `-inf` term is never the maximum unless every term is, and then both give
+/// `(-inf, 0)`).
+struct Sources {
+    /// Column `j`'s sources are `from[at[j]..at[j + 1]]`, or `None` when it is dense.
+    at: Vec<Option<(usize, usize)>>,
+    from: Vec<usize>,
+    w: Vec<f64>,
+}
+
+/// `f64` words of a static sweep's own lists besides its forward state, for `C` labels.
+pub(crate) fn sweep_words(c: usize) -> usize {
+    Sources::words(c) + c + 3
+}
+
+impl Sources {
+    /// A column is taken as sparse when at most a quarter of its entries are finite.
+    fn new(par: &Params<MaxSemiring>) -> Sources {
+        let c = par.c;
+        let (mut at, mut from, mut w) = (Vec::with_capacity(c), Vec::new(), Vec::new());
+        for j in 0..c {
+            let col = par.matrix.column(j);
+            let finite = col.iter().filter(|&&x| x > NEG).count();
+            if 4 * finite <= c {
+                let a = from.len();
+                for (i, &x) in col.iter().enumerate().filter(|&(_, &x)| x > NEG) {
+                    from.push(i);
+                    w.push(x);
+                }
+                at.push(Some((a, from.len())));
+            } else {
+                at.push(None);
+            }
+        }
+        Sources { at, from, w }
+    }
+
+    /// `f64` words of the lists for `C` labels at most (three vectors: a pair of bounds per
+    /// column, at most `C²` sources and their values).
+    fn words(c: usize) -> usize {
+        2 * c * c + 3 * c + 9
+    }
+}
+
+impl Sweep for StaticSweep {
+    type Fw = StaticFwd<MaxSemiring>;
+    const PREV_AT_START: bool = true;
+    /// Only the ring entries a later window can read: for label `j`, the last
+    /// `min(K_j, p - z_j)` starts (`K_j` its longest finite duration, `z_j` its first
+    /// admissible start), after the prefix sums. Labels cut by `-inf` scores or with short
+    /// durations cost what their windows hold.
+    fn save(&mut self, p: usize, par: &Params<MaxSemiring>, out: &mut Vec<f64>, z: &mut [usize]) {
+        let f = &self.f;
+        let live = |j: usize| par.kmax[j].min(p - f.prefix.z[j]);
+        let n: usize = (0..par.c).map(live).sum();
+        out.reserve_exact(par.c + n);
+        out.extend_from_slice(&f.prefix.pref);
+        for j in 0..par.c {
+            out.extend((p - live(j)..p).map(|q| f.ring.get(j, q)));
+        }
+        z.copy_from_slice(&f.prefix.z);
+    }
+    /// Pushes the saved entries back, position by position (`-inf` where a label holds
+    /// none: no window reads there).
+    fn restore(&mut self, p: usize, par: &Params<MaxSemiring>, from: &[f64], z: &[usize]) {
+        let c = par.c;
+        let live = |j: usize| par.kmax[j].min(p - z[j]);
+        let most = (0..c).map(live).max().unwrap_or(0);
+        let mut offs = Vec::with_capacity(c);
+        let mut o = c;
+        for j in 0..c {
+            offs.push(o);
+            o += live(j);
+        }
+        let row = &mut self.f.row;
+        for q in p - most..p {
+            for j in 0..c {
+                let first = p - live(j);
+                row[j] = if q >= first {
+                    from[offs[j] + q - first]
+                } else {
+                    NEG
+                };
+            }
+            self.f.ring.push(q, row);
+        }
+        self.f.prefix.restore(&from[..c], z, p);
+    }
+    fn new(par: &Params<MaxSemiring>) -> Self {
+        let (k, c) = (par.k, par.c);
+        let dmin = (0..c)
+            .map(|j| {
+                (1..=par.kmax[j])
+                    .find(|&d| par.dur[j * k + d - 1] > NEG)
+                    .unwrap_or(1)
+            })
+            .collect();
+        StaticSweep {
+            f: StaticFwd::new(par),
+            buf: vec![0.0; k.max(c)],
+            dmin,
+            tr: Sources::new(par),
+        }
+    }
+    fn fw(&mut self) -> &mut Self::Fw {
+        &mut self.f
+    }
+    fn alpha(&self) -> &[f64] {
+        &self.f.alpha
+    }
+    #[inline]
+    fn step<D: Pointer, P: Pointer, F: Scalar>(
+        &mut self,
+        p: usize,
+        seq: &SeqIn<'_, F>,
+        par: &Params<MaxSemiring>,
+        mut bp: Option<(&mut [D], &mut [P])>,
+    ) {
+        let (f, buf, c) = (&mut self.f, &mut self.buf, par.c);
+        if p == 0 {
+            f.u.copy_from_slice(&par.start);
+        } else {
+            seq.eb_row(p - 1, &mut f.row);
+            f.windows(p);
+            for j in 0..c {
+                let n = f.len[j];
+                // The window's entries of durations `n` down to `dmin[j]` (the rest are -inf).
+                let m = (n + 1).saturating_sub(self.dmin[j]);
+                if m == 0 {
+                    f.alpha[j] = NEG;
+                    if let Some((d, _)) = bp.as_mut() {
+                        d[j] = D::default();
+                    }
+                    continue;
+                }
+                let (w, wt) = (
+                    &f.ring.window(j, f.first[j], n)[..m],
+                    &par.weights.window(j, n)[..m],
+                );
+                // Without backpointers to record, the maximum alone (the same value).
+                let (best, e) = if bp.is_some() {
+                    argmax_add(w, wt, true, buf)
+                } else {
+                    (add_max(w, wt, &mut buf[..m]), 0)
+                };
+                // As the forward's `α ⊗ lift(P + eb)`, so the score is the max forward's.
+                f.alpha[j] = best + (f.prefix.pref[j] + f.row[j]);
+                if let Some((d, _)) = bp.as_mut() {
+                    d[j] = D::put(n - e);
+                }
+            }
+            if p == seq.len {
+                return;
+            }
+            for j in 0..c {
+                let (best, i) = match self.tr.at[j] {
+                    Some((a, b)) => {
+                        let (mut best, mut arg) = (NEG, 0);
+                        for (&i, &x) in self.tr.from[a..b].iter().zip(&self.tr.w[a..b]) {
+                            let y = f.alpha[i] + x;
+                            if y > best {
+                                (best, arg) = (y, i);
+                            }
+                        }
+                        (best, arg)
+                    }
+                    None if bp.is_some() => argmax_add(&f.alpha, par.matrix.column(j), false, buf),
+                    None => (add_max(&f.alpha, par.matrix.column(j), &mut buf[..c]), 0),
+                };
+                f.u[j] = best;
+                if let Some((_, l)) = bp.as_mut() {
+                    l[j] = P::put(i);
+                }
+            }
+        }
+        f.push(p, seq);
+    }
+}
+
+/// Duration-dependent transition: `dur[t][j]` and `prev[t][j]` are the best duration and
+/// previous label of a segment of label `j` ending at `t`, read off the ring before each
+/// step.
+pub(super) struct DdSweep {
+    f: DdFwd<MaxSemiring>,
+    buf: Vec<f64>,
+}
+
+impl Sweep for DdSweep {
+    type Fw = DdFwd<MaxSemiring>;
+    const PREV_AT_START: bool = false;
+    fn new(par: &Params<MaxSemiring>) -> Self {
+        DdSweep {
+            f: DdFwd::new(par),
+            buf: vec![0.0; par.c],
+        }
+    }
+    fn fw(&mut self) -> &mut Self::Fw {
+        &mut self.f
+    }
+    fn alpha(&self) -> &[f64] {
+        &self.f.alpha
+    }
+    #[inline]
+    fn step<D: Pointer, P: Pointer, F: Scalar>(
+        &mut self,
+        p: usize,
+        seq: &SeqIn<'_, F>,
+        par: &Params<MaxSemiring>,
+        bp: Option<(&mut [D], &mut [P])>,
+    ) {
+        let (k, c) = (par.k, par.c);
+        let (f, buf) = (&mut self.f, &mut self.buf);
+        if let (true, Some((bd_row, bi_row))) = (p >= 1, bp) {
+            for j in 0..c {
+                let n = par.kmax[j].min(p - f.prefix.z[j]);
+                let mut best = NEG;
+                let (mut bd, mut bi) = (1usize, 0usize);
+                for d in 1..=n {
+                    let s = p - d;
+                    let slot = s % k;
+                    let (inner, i) = if s == 0 {
+                        (par.start[j], 0)
+                    } else {
+                        let o = (d - 1) * c * c + j * c;
+                        argmax_add(
+                            &f.ring[slot * c..(slot + 1) * c],
+                            &par.tr_t[o..o + c],
+                            false,
+                            buf,
+                        )
+                    };
+                    let x = inner + (f.q[slot * c + j] + par.dur[j * k + d - 1]);
+                    if x > best {
+                        best = x;
+                        bd = d;
+                        bi = i;
+                    }
+                }
+                bd_row[j] = D::put(bd);
+                bi_row[j] = P::put(bi);
+            }
+        }
+        f.step(p, seq, par);
+    }
+}
