@@ -26,10 +26,10 @@
 //!
 //! The CPU engine is [`StreamingEngine`] with rayon on every core (what the facade runs for
 //! `Backend::Streaming`). The results must agree: `log Z` within a relative `1e-9`, the
-//! Viterbi segments equal, the scores' gradients within the `1e-4` absolute that
-//! GUARANTEES.md promises for gradients (the measured difference is printed: about `4e-9`
-//! on an H100 host); the binary exits with status 1 when they do not. Without a usable GPU
-//! it prints why and times the CPU alone.
+//! Viterbi segments equal, the scores' gradients within `2⁻⁴⁵·M·√T` absolute, the rounding
+//! that GUARANTEES.md's error model gives a sequence of magnitude bound `M` (both printed;
+//! the measured difference was `3.7e-9` on an H100 host); the binary exits with status 1
+//! when they do not. Without a usable GPU it prints why and times the CPU alone.
 
 use ndarray::{Array1, Array2, Array3};
 use semicrf::{AnyEngine, Decoded, Engine, LogSemiring};
@@ -194,7 +194,7 @@ fn measure(e: &AnyEngine, p: &Problem<'_, f64>, repeats: usize) -> ([f64; 3], Re
 }
 
 /// Whether `a` (CPU) and `b` (CUDA) agree, with what differs printed.
-fn agree(a: &Results, b: &Results) -> bool {
+fn agree(a: &Results, b: &Results, grad_tol: f64) -> bool {
     let rel = (a.log_z - b.log_z).abs() / a.log_z.abs().max(1.0);
     let grad = a
         .grad
@@ -205,7 +205,7 @@ fn agree(a: &Results, b: &Results) -> bool {
     let same = a.best.segments == b.best.segments;
     println!(
         "agreement: log Z cpu {:.12} cuda {:.12} (rel {rel:.1e}); Viterbi segments {} ({} and {}), \
-         scores {:.12} and {:.12}; scores' gradient max |diff| {grad:.1e}",
+         scores {:.12} and {:.12}; scores' gradient max |diff| {grad:.1e} (bound {grad_tol:.1e})",
         a.log_z,
         b.log_z,
         if same { "equal" } else { "DIFFER" },
@@ -214,17 +214,22 @@ fn agree(a: &Results, b: &Results) -> bool {
         a.best.score,
         b.best.score,
     );
-    rel <= 1e-9 && same && grad <= 1e-4
+    rel <= 1e-9 && same && grad <= grad_tol
 }
 
 fn main() {
     let (repeats, given, s) = args();
     let (cpu_only, log_domain) = (given[0], given[1]);
     let arrays = s.arrays();
-    let p = Problem::Structured(arrays.view(s.k));
+    let view = arrays.view(s.k);
+    // GUARANTEES.md: each log-space value of size M rounds by about 2⁻⁵³·M and the errors
+    // add up like a random walk along the sequence; 2⁻⁴⁵ leaves a factor 256 of margin.
+    let grad_tol = 2f64.powi(-45) * view.magnitudes()[0].bound * (s.t as f64).sqrt();
+    let p = Problem::Structured(view);
     let cuts = arrays.scores.iter().filter(|x| x.is_infinite()).count();
     println!(
-        "gene shape (1, {}, {}, {}): {} coding labels, {cuts} -inf scores, {repeats} repeats, {} CPU threads",
+        "gene shape (1, {}, {}, {}): {} coding labels, {cuts} -inf scores, {repeats} repeats, \
+         {} CPU threads; gradients' agreement bound {grad_tol:.1e}",
         s.t,
         s.k,
         s.c,
@@ -270,7 +275,7 @@ fn main() {
             "reruns: {} sequences handed to the log-domain kernels",
             semicrf_cuda::CudaEngine::reruns() - reruns
         );
-        ok &= agree(&cr, &gr);
+        ok &= agree(&cr, &gr, grad_tol);
     }
     if !ok {
         std::process::exit(1);
