@@ -2,8 +2,8 @@
 //! [`AnyEngine`].
 
 use semicrf_core::{
-    Decoded, Device, EngineInfo, Error, KBest, Op, PosteriorProblem, Problem, Query, Result,
-    Scalar, Selection, human_bytes,
+    Decoded, Device, KBest, Op, PosteriorProblem, Problem, Query, Result, Scalar, Selection,
+    select_with,
 };
 
 use crate::any_engine::cpu_threads;
@@ -12,7 +12,7 @@ use crate::{AnyEngine, AsProblem, SemiCrf};
 // Without any backend the enum has no variants: every method is an empty match.
 #[cfg_attr(not(any(feature = "cpu", feature = "cuda")), allow(unused_variables))]
 impl<F: Scalar> KBest<F> for AnyEngine {
-    /// The CPU engines' k best; a CUDA engine is [`Error::Unsupported`].
+    /// The CPU engines' k best; a CUDA engine is [`Error::Unsupported`](crate::Error::Unsupported).
     fn kbest(&self, problem: &Problem<'_, F>, k: usize) -> Result<Vec<Vec<Decoded>>> {
         match *self {
             #[cfg(feature = "cpu")]
@@ -40,9 +40,9 @@ impl<F: Scalar> KBest<F> for AnyEngine {
 }
 
 #[cfg(feature = "cuda")]
-fn no_cuda(e: &semicrf_cuda::CudaEngine) -> Error {
-    Error::Unsupported {
-        backend: e.name(),
+fn no_cuda(e: &semicrf_cuda::CudaEngine) -> semicrf_core::Error {
+    semicrf_core::Error::Unsupported {
+        backend: semicrf_core::EngineInfo::name(e),
         what: "k-best decoding (it runs on the CPU engines)".into(),
     }
 }
@@ -76,61 +76,13 @@ impl SemiCrf {
         };
         let query = Query::of(problem, Op::Viterbi).with_threads(threads);
         let budget = self.config.get_memory_budget();
-        let (mut skipped, mut first_err, mut smallest) = (Vec::new(), None, None::<(u64, _)>);
-        for (index, e) in self.candidates(query.form)?.into_iter().enumerate() {
-            let required = e
-                .check(&query)
-                .and_then(|()| KBest::<F>::kbest_memory_required(&e, &query, k));
-            let required = match required {
-                Ok(r) => r,
-                Err(err) => {
-                    skipped.push(format!("{} skipped ({err})", e.name()));
-                    first_err.get_or_insert(err);
-                    continue;
-                }
-            };
-            if required > budget {
-                skipped.push(format!(
-                    "{} skipped (needs {} > budget {})",
-                    e.name(),
-                    human_bytes(required),
-                    human_bytes(budget)
-                ));
-                if smallest.as_ref().is_none_or(|(r, _)| required < *r) {
-                    smallest = Some((required, e.name()));
-                }
-                continue;
-            }
-            let mut reason = format!(
-                "{} needs {} of the {} budget for {} with k = {k}",
-                e.name(),
-                human_bytes(required),
-                human_bytes(budget),
-                query.shape
-            );
-            if !skipped.is_empty() {
-                reason = format!("{}; {reason}", skipped.join("; "));
-            }
-            let selection = Selection {
-                index,
-                algorithm: e.algorithm(),
-                device: e.device(),
-                required,
-                reason,
-            };
-            return Ok((selection, e));
-        }
-        if let Some((required, algorithm)) = smallest {
-            return Err(Error::MemoryBudget {
-                required,
-                budget,
-                algorithm,
-            });
-        }
-        Err(first_err.unwrap_or_else(|| Error::BackendUnavailable {
-            backend: "auto".into(),
-            reason: "no backend was offered to the selector".into(),
-        }))
+        let mut candidates = self.candidates(query.form)?;
+        let refs: Vec<&AnyEngine> = candidates.iter().collect();
+        let required = |e: &AnyEngine| KBest::<F>::kbest_memory_required(e, &query, k);
+        let selection = select_with(&refs, &query, budget, required, &format!(" with k = {k}"))?;
+        // The index is that of one of `candidates`.
+        let engine = candidates.swap_remove(selection.index);
+        Ok((selection, engine))
     }
 
     /// The `k` highest-scoring distinct segmentations of every sequence, best first, each
@@ -141,7 +93,7 @@ impl SemiCrf {
     ///
     /// Runs on the CPU engines (exact, scan, streaming; [`SemiCrf::select_kbest`] picks one
     /// within the memory budget), each holding up to `(L + 1)·C·k` entries of 16 bytes per
-    /// sequence in flight; a CUDA device is [`Error::Unsupported`].
+    /// sequence in flight; a CUDA device is [`Error::Unsupported`](crate::Error::Unsupported).
     ///
     /// ```
     /// use semicrf::ndarray::Array3;
@@ -173,7 +125,7 @@ impl SemiCrf {
     ///
     /// One backward pass (position marginals) and one Viterbi pass over the derived problem
     /// ([`PosteriorProblem`]), each on the engine chosen for it, on any device. Fails with
-    /// [`Error::Infeasible`] when some `log Z_b = -inf` (no posterior).
+    /// [`Error::Infeasible`](crate::Error::Infeasible) when some `log Z_b = -inf` (no posterior).
     ///
     /// ```
     /// use semicrf::ndarray::Array3;

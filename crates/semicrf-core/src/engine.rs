@@ -439,16 +439,24 @@ pub struct Selection {
 /// With no candidate left the error is [`Error::MemoryBudget`] (some candidate supported the
 /// query but none fit) or the first candidate's own error.
 pub fn select(candidates: &[&dyn EngineInfo], query: &Query, budget: u64) -> Result<Selection> {
+    select_with(candidates, query, budget, |e| e.memory_required(query), "")
+}
+
+/// [`select`] with the memory requirement of each candidate given by `required` (for an
+/// operation other than [`EngineInfo::memory_required`]'s, e.g. k best), `detail` appended
+/// to the chosen candidate's reason.
+pub fn select_with<E: EngineInfo + ?Sized>(
+    candidates: &[&E],
+    query: &Query,
+    budget: u64,
+    required: impl Fn(&E) -> Result<u64>,
+    detail: &str,
+) -> Result<Selection> {
     let mut skipped: Vec<String> = Vec::new();
     let mut first_err: Option<Error> = None;
     let mut smallest: Option<(u64, String)> = None;
     for (index, e) in candidates.iter().enumerate() {
-        if let Err(err) = e.check(query) {
-            skipped.push(format!("{} skipped ({err})", e.name()));
-            first_err.get_or_insert(err);
-            continue;
-        }
-        let required = match e.memory_required(query) {
+        let required = match e.check(query).and_then(|()| required(*e)) {
             Ok(r) => r,
             Err(err) => {
                 skipped.push(format!("{} skipped ({err})", e.name()));
@@ -469,7 +477,7 @@ pub fn select(candidates: &[&dyn EngineInfo], query: &Query, budget: u64) -> Res
             continue;
         }
         let mut reason = format!(
-            "{} needs {} of the {} budget for {}",
+            "{} needs {} of the {} budget for {}{detail}",
             e.name(),
             human_bytes(required),
             human_bytes(budget),

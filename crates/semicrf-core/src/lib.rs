@@ -98,7 +98,7 @@ pub mod testing;
 pub use engine::{
     Algorithm, Backward, ByteCount, Decoded, Device, Engine, EngineInfo, Form, Gradients, Op,
     Parallelism, Query, Segment, Selection, check_feasible, check_upstream, entropies, human_bytes,
-    select,
+    select, select_with,
 };
 pub use error::{Error, Result};
 pub use kbest::{KBest, SegmentScores, StructuredScores, kbest_bytes, kbest_sequence};
