@@ -4,7 +4,8 @@ use semicrf_core::{Error, Op, Problem, Result, Sampler, Samples, Scalar};
 
 use crate::{AnyEngine, AsProblem, SemiCrf};
 
-/// The CPU engines sample; a CUDA engine says it does not (yet).
+/// Every engine samples: the CPU engines, and the CUDA streaming engine (forward values on
+/// the device, draws on the host).
 #[cfg_attr(not(any(feature = "cpu", feature = "cuda")), allow(unused_variables))]
 impl<F: Scalar> Sampler<F> for AnyEngine {
     fn sample(&self, problem: &Problem<'_, F>, n: usize, seed: u64) -> Result<Samples> {
@@ -16,10 +17,7 @@ impl<F: Scalar> Sampler<F> for AnyEngine {
             #[cfg(feature = "cpu")]
             AnyEngine::Streaming(e) => e.sample(problem, n, seed),
             #[cfg(feature = "cuda")]
-            AnyEngine::Cuda(e) => Err(Error::Unsupported {
-                backend: semicrf_core::EngineInfo::name(e),
-                what: "posterior sampling (the CPU engines sample)".into(),
-            }),
+            AnyEngine::Cuda(e) => e.sample(problem, n, seed),
             #[allow(unreachable_patterns)]
             _ => Err(Error::BackendUnavailable {
                 backend: "sampler".into(),
@@ -37,12 +35,13 @@ impl SemiCrf {
     /// Reproducible: the same `seed` gives the same samples on any number of threads
     /// (sample `i` of sequence `b` draws from its own generator keyed by `(seed, b, i)`,
     /// [`sample_rng`](crate::sample::sample_rng)); exact and scan give the same samples, and
-    /// so does streaming except where rounding decides between two choices. The engine is
-    /// chosen as for a backward pass, whose memory is of the same order (the streaming
-    /// engine recomputes one block of forward values at a time from checkpoints,
-    /// `O(K·C + sqrt(T·K)·C)` per sequence: [`model`](crate::model) §12). Fails with
-    /// [`Error::Infeasible`] naming a sequence without a finite segmentation, and
-    /// [`Error::Unsupported`] on a CUDA device.
+    /// so do streaming and CUDA except where rounding decides between two choices. The
+    /// engine is chosen as for a backward pass, whose memory is of the same order (the
+    /// streaming engine recomputes one block of forward values at a time from checkpoints,
+    /// `O(K·C + sqrt(T·K)·C)` per sequence; on a CUDA device the forward values of every
+    /// position, `16·(T+1)·C` bytes per sequence on the device and the host:
+    /// [`model`](crate::model) §12). Fails with [`Error::Infeasible`] naming a sequence
+    /// without a finite segmentation.
     ///
     /// ```
     /// use semicrf::ndarray::{array, Array3};

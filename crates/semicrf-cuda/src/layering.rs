@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The layers, lowest first (the crate docs' table).
-const ORDER: [&str; 13] = [
+const ORDER: [&str; 14] = [
     "tuning",
     "kernel",
     "device",
@@ -20,10 +20,17 @@ const ORDER: [&str; 13] = [
     "outputs",
     "engine",
     "streamed",
+    "sample",
 ];
 
 /// Modules for tests only, which may use any other.
-const TEST_ONLY: [&str; 4] = ["emu", "layering", "meet::tests", "logdomain::tests"];
+const TEST_ONLY: [&str; 5] = [
+    "emu",
+    "layering",
+    "meet::tests",
+    "logdomain::tests",
+    "sample::tests",
+];
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {

@@ -157,6 +157,21 @@
 //! | Viterbi | the forward | + `4·(T+1)·C` bytes of backpointers per sequence |
 //! | forward + backward | the forward, `β` at the same cost, one thread per edge | + `8·(T+1)·C` (β) + `8·T` bytes per sequence |
 //!
+//! # Posterior samples
+//!
+//! [`CudaEngine`] with [`Algorithm::Streaming`] implements the core's [`Sampler`] (model page
+//! §12): the log-domain forward kernel (`kernels/streaming.cu`) runs once over the batch in its
+//! mode that saves `α_t(j)` at every position, and `u_s(j)` for a static transition; the rows
+//! come back to the host, where the core's one sampler
+//! ([`sample_sequence`](semicrf_core::sample::sample_sequence)) draws every sample, one sequence
+//! per task of rayon's pool, a segment's weight read off the rows and the problem's scores as
+//! the CPU streaming engine reads it. Memory: `16·(T+1)·C` bytes per sequence (`8·(T+1)·C` for a
+//! `(K, C, C)` transition) of rows on the device and on the host, besides the inputs and the
+//! samples; never a `(T, K, C)` table. The same seed gives the same samples, and the CPU
+//! streaming engine's except where rounding decides between two choices (the device's `α`
+//! differs from the CPU's in the last bits). Structured potentials from the host only
+//! (not [`DevicePotentials`], nor a potentials source).
+//!
 //! # Settings
 //!
 //! A few environment variables tune the engine or switch an optimisation off for
@@ -182,6 +197,7 @@
 //! | `outputs` | a backward pass's results written into the caller's device arrays; their checks, streams and `f32` conversion |
 //! | `engine` | [`CudaEngine`] |
 //! | `streamed` | [`CudaEngine`] on a potentials source ([`SourceEngine`]): rows uploaded chunk by chunk, gradients delivered chunk by chunk |
+//! | `sample` | [`CudaEngine`] as a [`Sampler`]: the forward values saved on the device, the draws on the host |
 #![deny(missing_docs)]
 
 mod call;
@@ -195,6 +211,7 @@ mod logdomain;
 mod meet;
 mod outputs;
 mod resident;
+mod sample;
 mod streamed;
 mod streaming;
 mod transfer;
@@ -206,7 +223,7 @@ pub use engine::CudaEngine;
 pub use outputs::{DeviceArrayMut, DeviceOutputs, HostBackward};
 pub use resident::{DeviceArray, DeviceBackward, DevicePotentials, DevicePotentialsBuilder, Dtype};
 #[cfg(doc)]
-use semicrf_core::{Algorithm, Engine, EngineInfo, Error, SourceEngine};
+use semicrf_core::{Algorithm, Engine, EngineInfo, Error, Sampler, SourceEngine};
 
 #[cfg(test)]
 mod layering;
