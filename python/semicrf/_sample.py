@@ -61,9 +61,9 @@ def sample(
     from the posterior restricted to the segmentations that agree with them.
 
     Reproducible: the same `seed` gives the same samples on any number of threads (sample `i`
-    of sequence `b` has its own generator, keyed by `(seed, b, i)`). The CPU engines sample
-    (`device="cuda"` raises ValueError); a sequence without a finite segmentation raises
-    ValueError.
+    of sequence `b` has its own generator, keyed by `(seed, b, i)`). The CPU engines sample,
+    and so does `device="cuda"` (forward values on the GPU, draws on the host); a sequence
+    without a finite segmentation raises ValueError.
 
     >>> import numpy as np, semicrf
     >>> s = semicrf.sample(np.zeros((1, 3, 2)), [3], 3, n=2, seed=1)
