@@ -1,8 +1,8 @@
 //! The sampler's two halves without a GPU: the host's draws ([`DeviceRows`] and
 //! [`draw_all`]) from forward values of the `f64` oracle give the CPU streaming engine's
 //! samples and follow the posterior enumerated by brute force; and the kernels' saved rows
-//! under the CPU emulation of `tests/emu` (`sample_main.cpp`) are the oracle's, and give the
-//! same samples.
+//! under the CPU emulation of `tests/emu` (`sample_main.cpp`) are the oracle's, give the
+//! same samples, and leave no access unordered under ThreadSanitizer.
 
 use std::collections::HashMap;
 
@@ -215,18 +215,21 @@ fn an_infeasible_sequence_is_named_and_zero_samples_are_empty() {
 /// The emulated kernels, built once per process.
 fn emulator() -> Option<std::path::PathBuf> {
     static EXE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
-    EXE.get_or_init(|| {
-        // Tasks from two durations on, so that the short windows an emulation can afford
-        // are split over several teams (as `logdomain`'s tests build them).
-        let flags: Vec<String> = shared_defines(STEPS)
-            .into_iter()
-            .filter(|f| !f.starts_with("-DLD_SPAN"))
-            .chain(["-DLD_SPAN=2".into()])
-            .collect();
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        build_emulator("semicrf-sample-emu", "sample_main.cpp", &flags)
-    })
-    .clone()
+    EXE.get_or_init(|| build("semicrf-sample-emu", &[])).clone()
+}
+
+/// The emulated kernels with the extra compiler `flags`.
+fn build(name: &str, extra: &[&str]) -> Option<std::path::PathBuf> {
+    // Tasks from two durations on, so that the short windows an emulation can afford are
+    // split over several teams (as `logdomain`'s tests build them).
+    let flags: Vec<String> = shared_defines(STEPS)
+        .into_iter()
+        .filter(|f| !f.starts_with("-DLD_SPAN"))
+        .chain(["-DLD_SPAN=2".into()])
+        .collect();
+    let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    flags.extend(extra);
+    build_emulator(name, "sample_main.cpp", &flags)
 }
 
 /// The rows the emulated forward kernel saves for `p` with `team` lanes a team, `threads`
@@ -333,6 +336,28 @@ fn the_kernels_saved_rows_are_the_oracles_and_give_the_cpu_engines_samples() {
             }
             let samples = draw_all(&p, &Model::of(&p), &got, 200, 31).unwrap();
             assert_eq!(samples, cpu_samples(&p, 200, 31), "{tag}: samples");
+        }
+    }
+}
+
+/// The same emulation built with ThreadSanitizer: the forward kernels in the mode sampling
+/// uses, the duration-dependent one included, leave no access of one thread to shared
+/// memory or to the rings unordered against another's (a report makes the run fail).
+#[test]
+fn the_saving_kernels_leave_no_access_unordered() {
+    let Some(exe) = build("semicrf-sample-tsan", &["-fsanitize=thread", "-g"]) else {
+        return;
+    };
+    let mut dd = GenSpec::new(2, 10, 4, 33).everything();
+    dd.transition = TransitionKind::DurationDependent;
+    dd.forbid_scores = 0.1;
+    let mut fixed = GenSpec::new(2, 10, 7, 33).everything();
+    fixed.forbid_scores = 0.1;
+    for spec in [dd, fixed] {
+        let owned = random_problem(31, &spec);
+        let p = owned.view().unwrap();
+        for ring in [true, false] {
+            emulated_rows(&exe, &p, (4, 32), ring);
         }
     }
 }
