@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The layers, lowest first (the crate docs' table).
-const ORDER: [&str; 13] = [
+const ORDER: [&str; 14] = [
     "tuning",
     "kernel",
     "device",
@@ -19,11 +19,18 @@ const ORDER: [&str; 13] = [
     "resident",
     "outputs",
     "engine",
+    "kbest",
     "streamed",
 ];
 
 /// Modules for tests only, which may use any other.
-const TEST_ONLY: [&str; 4] = ["emu", "layering", "meet::tests", "logdomain::tests"];
+const TEST_ONLY: [&str; 5] = [
+    "emu",
+    "layering",
+    "meet::tests",
+    "logdomain::tests",
+    "kbest::tests",
+];
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {

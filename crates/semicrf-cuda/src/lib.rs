@@ -181,6 +181,7 @@
 //! | `resident` | potentials in device memory and results left there; their checks (`kernels/io.cu`) |
 //! | `outputs` | a backward pass's results written into the caller's device arrays; their checks, streams and `f32` conversion |
 //! | `engine` | [`CudaEngine`] |
+//! | `kbest` | k best on the device (`kernels/kbest.cu`): [`KBest`](semicrf_core::KBest) for [`CudaEngine`] |
 //! | `streamed` | [`CudaEngine`] on a potentials source ([`SourceEngine`]): rows uploaded chunk by chunk, gradients delivered chunk by chunk |
 #![deny(missing_docs)]
 
@@ -190,6 +191,7 @@ mod edge;
 #[cfg(test)]
 mod emu;
 mod engine;
+mod kbest;
 mod kernel;
 mod logdomain;
 mod meet;
@@ -203,6 +205,7 @@ mod tuning;
 pub use cudarc;
 pub use device::MemoryUse;
 pub use engine::CudaEngine;
+pub use kbest::KBEST_MAX_K;
 pub use outputs::{DeviceArrayMut, DeviceOutputs, HostBackward};
 pub use resident::{DeviceArray, DeviceBackward, DevicePotentials, DevicePotentialsBuilder, Dtype};
 #[cfg(doc)]
