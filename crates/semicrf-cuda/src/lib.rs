@@ -77,6 +77,7 @@
 //! | forward, static transition | `O(T·C·(C+K))`, two half-length sweeps | inputs + `16·(K·C + 10·C + 4)` bytes per sequence (and `16·(K+16)·C` where the ring leaves shared memory) |
 //! | forward, `(K, C, C)` transition | `O(T·K·C²)` | inputs + `O(K·C)` per sequence |
 //! | Viterbi | the forward | + `8·(T+1)·C` bytes of backpointers per sequence |
+//! | k best (`kernels/kbest.cu`, `k` ≤ [`KBEST_MAX_K`]) | `O(T·C·k·K·C/32)` on one block | + `16·T·C·k + 4·T·C` bytes of lists and `8·k·T` of results per sequence; the lists are the CPU engines', bit for bit |
 //! | forward + backward, static | 2.2–2.9× the forward (the kernels alone 2.7–3.0×) | + `16·(T+4)·(C+1)` bytes per sequence of saved rows, the outputs |
 //! | forward + backward, `(K, C, C)` | about 3× the forward | + `16·(T+1)·C` bytes per sequence, the outputs |
 //!
