@@ -10,7 +10,8 @@
 // list of (t, j) as a k-way merge of the K·C sorted lists it extends: lane l owns the lists
 // q = (d - 1)·C + i with q mod 32 = l and keeps the best of their heads; each round a butterfly
 // finds the warp's best (score descending, then q ascending: the smaller d, then the smaller
-// i), the owner appends it to the list, moves that list's head on and rescans its own lists.
+// i), the owner appends it to the list, moves that list's head on and rescans its own lists'
+// cached candidates.
 // After the last position thread 0 merges the lists of (L, j) over j (ties: the smaller j,
 // then the smaller rank) and each of the block's threads traces one of the results.
 #ifndef KERNELS_KBEST_CU
@@ -32,6 +33,7 @@ struct KArgs {
     int* rank;          // (B, T, C, k) the rank in the list of (t - d, i)
     int* cnt;           // (B, T, C) the length of each list (at most k)
     int* head;          // (B, warps, K·C) scratch: each warp's heads of the lists it merges
+    double* hv;         // (B, warps, K·C) scratch: their candidates' scores (-inf: none)
     double* seg;        // (B, warps, K) scratch: the segment scores of one (t, j)
     int* pick;          // (B, k, 2) scratch: the last label and rank of each result
     double* oscore;     // (B, k) the results' scores, best first
@@ -77,14 +79,13 @@ __device__ __forceinline__ double kb_cand(const KArgs& a, const int* head, const
     return a.score[list * a.k + h] + w;
 }
 
-// This lane's best head among its lists (q = lane, lane + 32, ... below n).
-__device__ __forceinline__ void kb_scan(const KArgs& a, const int* head, const double* seg,
-                                        i64 row0, i64 t, i64 j, int n, int lane, double& bs,
-                                        int& bq) {
+// This lane's best candidate among its lists (q = lane, lane + 32, ... below n), from their
+// candidates' scores `hv`: the highest, the smallest q among equals.
+__device__ __forceinline__ void kb_best(const double* hv, int n, int lane, double& bs, int& bq) {
     bs = neg_inf();
     bq = 0x7fffffff;
     for (int q = lane; q < n; q += 32) {
-        const double c = kb_cand(a, head, seg, row0, t, j, q);
+        const double c = hv[q];
         if (c > bs) {
             bs = c;
             bq = q;
@@ -97,6 +98,7 @@ extern "C" __global__ void kbest_fwd(KArgs a) {
     const i64 L = a.len[b], K = a.K, C = a.C, row0 = (i64)b * a.T;
     const int k = a.k, warps = blockDim.x / 32, w = threadIdx.x / 32, lane = threadIdx.x % 32;
     int* head = a.head + ((i64)b * warps + w) * K * C;
+    double* hv = a.hv + ((i64)b * warps + w) * K * C;
     double* seg = a.seg + ((i64)b * warps + w) * K;
     for (i64 t = 1; t <= L; ++t) {
         const i64 nd = K < t ? K : t;
@@ -114,11 +116,14 @@ extern "C" __global__ void kbest_fwd(KArgs a) {
                     seg[d - 1] = content + a.dur[(d - 1) * C + j] + bbv + tail;
                 }
             }
-            for (int q = lane; q < n; q += 32) head[q] = 0;
             __syncwarp();
+            for (int q = lane; q < n; q += 32) {
+                head[q] = 0;
+                hv[q] = kb_cand(a, head, seg, row0, t, j, q);
+            }
             double bs;
             int bq;
-            kb_scan(a, head, seg, row0, t, j, n, lane, bs, bq);
+            kb_best(hv, n, lane, bs, bq);
             const i64 list = (row0 + t - 1) * C + j;
             int taken = 0;
             for (; taken < k; ++taken) {
@@ -139,7 +144,8 @@ extern "C" __global__ void kbest_fwd(KArgs a) {
                     a.back[e] = wq;
                     a.rank[e] = head[wq];
                     head[wq] += 1;
-                    kb_scan(a, head, seg, row0, t, j, n, lane, bs, bq);
+                    hv[wq] = kb_cand(a, head, seg, row0, t, j, wq);
+                    kb_best(hv, n, lane, bs, bq);
                 }
             }
             if (lane == 0) a.cnt[list] = taken;

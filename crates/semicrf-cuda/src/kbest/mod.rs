@@ -34,7 +34,7 @@ pub(crate) fn warps(c: usize) -> usize {
 /// Device bytes of a k-best call on `shape` (`dd`: a `(K, C, C)` transition; `given`: the
 /// boundaries; inputs of `dtype_bytes`): the inputs as a Viterbi call counts them (an upper
 /// bound), the table of `B·T·C·k` entries of 16 bytes and its `B·T·C` lengths, the warps'
-/// scratch (`4·K·C + 8·K` bytes each) and the results (`8·k·T + 24·k + 4` bytes a sequence).
+/// scratch (`12·K·C + 8·K` bytes each) and the results (`8·k·T + 24·k + 4` bytes a sequence).
 pub(crate) fn bytes(
     shape: Shape,
     (dd, given): (bool, [bool; 2]),
@@ -54,7 +54,7 @@ pub(crate) fn bytes(
     inputs
         + ByteCount::bytes(&[b, t, c, k, 16])
         + ByteCount::bytes(&[b, t, c, 4])
-        + ByteCount::bytes(&[b, w, kd, c, 4])
+        + ByteCount::bytes(&[b, w, kd, c, 12])
         + ByteCount::bytes(&[b, w, kd, 8])
         + ByteCount::bytes(&[b, k, t, 8])
         + ByteCount::bytes(&[b, k, 24])
@@ -173,6 +173,7 @@ pub(crate) fn run<F: Scalar>(
     let rank = call.zeros::<i32>(lists * k)?;
     let cnt = call.zeros::<i32>(lists)?;
     let head = call.zeros::<i32>(bn * w * kd * c)?;
+    let hv = call.zeros::<f64>(bn * w * kd * c)?;
     let seg = call.zeros::<f64>(bn * w * kd)?;
     let pick = call.zeros::<i32>(bn * k * 2)?;
     let oscore = call.zeros::<f64>(bn * k)?;
@@ -194,6 +195,7 @@ pub(crate) fn run<F: Scalar>(
         rank: call.ptr(&rank),
         cnt: call.ptr(&cnt),
         head: call.ptr(&head),
+        hv: call.ptr(&hv),
         seg: call.ptr(&seg),
         pick: call.ptr(&pick),
         oscore: call.ptr(&oscore),

@@ -250,6 +250,7 @@ argument_block! {
         rank: DevPtr,
         cnt: DevPtr,
         head: DevPtr,
+        hv: DevPtr,
         seg: DevPtr,
         pick: DevPtr,
         oscore: DevPtr,

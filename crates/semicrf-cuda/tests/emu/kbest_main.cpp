@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
     fclose(in);
 
     const long long warps = threads / 32, lists = B * T * C;
-    std::vector<double> score(lists * k), seg(B * warps * K), oscore(B * k);
+    std::vector<double> score(lists * k), seg(B * warps * K), hv(B * warps * K * C), oscore(B * k);
     std::vector<int> back(lists * k), rank(lists * k), cnt(lists), head(B * warps * K * C),
         pick(B * k * 2), on(B), olen(B * k), od(B * k * T), oc(B * k * T);
     KArgs a{};
@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
     a.cnt = cnt.data();
     a.head = head.data();
     a.seg = seg.data();
+    a.hv = hv.data();
     a.pick = pick.data();
     a.oscore = oscore.data();
     a.on = on.data();
