@@ -119,7 +119,9 @@ impl<F: Scalar> KBest<F> for CudaEngine {
         run(&gpu, &backend, &model, Source::Host(p), k)
     }
 
-    /// [`bytes`]: the inputs, the table of `B·T·C·k` entries of 16 bytes, scratch and results.
+    /// The inputs (as a Viterbi call counts them), the table of `B·T·C·k` entries of 16
+    /// bytes and its `B·T·C` lengths, the warps' scratch (`12·K·C + 8·K` bytes each) and the
+    /// results (`8·k·T + 24·k + 4` bytes a sequence).
     fn kbest_memory_required(&self, query: &Query, k: usize) -> Result<u64> {
         self.kbest_supported(query, k)?;
         let (dd, given) = match query.form {
