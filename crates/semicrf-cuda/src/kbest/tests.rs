@@ -221,3 +221,23 @@ fn an_infeasible_sequence_has_no_segmentation() {
     assert!(got[1].is_empty());
     check("infeasible", &p, &[1, 4], 1, true);
 }
+
+/// The same emulation built with ThreadSanitizer: no access of one thread to the table, the
+/// warps' scratch or the results is left unordered against another's by the kernel's
+/// barriers (a missing one makes it report, and the run fail); two warps, labels split
+/// between them, and results traced by several threads.
+#[test]
+fn the_emulated_kernel_leaves_no_access_unordered() {
+    let Some(exe) = build_emulator(
+        "semicrf-kbest-tsan",
+        "kbest_main.cpp",
+        &["-fsanitize=thread", "-g"],
+    ) else {
+        return;
+    };
+    let mut spec = GenSpec::new(2, 6, 3, 3).everything();
+    spec.forbid_transitions = 0.2;
+    let p = random_problem(18, &spec);
+    let got = emulate(&exe, &p, 5, 2);
+    assert_eq!(got[0].len(), 5);
+}
