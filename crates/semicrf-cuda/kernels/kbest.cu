@@ -28,7 +28,8 @@ struct KArgs {
     const double* st;   // (C)
     const double* en;   // (C)
     const i64* len;     // (B)
-    double* score;      // (B, T, C, k) the lists' scores: list (t, j) at row t - 1
+    double* score;      // (B, T, C, k) the lists' scores: list (t, j) at row t - 1, -inf past
+                        // its end
     int* back;          // (B, T, C, k) (d - 1)·C + i of each entry
     int* rank;          // (B, T, C, k) the rank in the list of (t - d, i)
     int* cnt;           // (B, T, C) the length of each list (at most k)
@@ -73,10 +74,10 @@ __device__ __forceinline__ double kb_cand(const KArgs& a, const int* head, const
     const double* trp = a.dd ? a.tr + (d - 1) * C * C : a.tr;
     const double w = trp[i * C + j] + s;
     if (!(w > neg_inf())) return neg_inf();
-    const i64 list = (row0 + t - d - 1) * C + i;
+    // Past a list's end its scores are -inf (the lists are padded to k).
     const int h = head[q];
-    if (h >= a.cnt[list]) return neg_inf();
-    return a.score[list * a.k + h] + w;
+    if (h >= a.k) return neg_inf();
+    return a.score[((row0 + t - d - 1) * C + i) * a.k + h] + w;
 }
 
 // This lane's best candidate among its lists (q = lane, lane + 32, ... below n), from their
@@ -148,6 +149,7 @@ extern "C" __global__ void kbest_fwd(KArgs a) {
                     kb_best(hv, n, lane, bs, bq);
                 }
             }
+            for (int r = taken + lane; r < k; r += 32) a.score[list * k + r] = neg_inf();
             if (lane == 0) a.cnt[list] = taken;
             __syncwarp();
         }
