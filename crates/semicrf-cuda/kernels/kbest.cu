@@ -64,7 +64,9 @@ __device__ __forceinline__ bool kb_before(double s1, int q1, double s2, int q2) 
 // that list has no head (forbidden segment, empty or used-up list).
 __device__ __forceinline__ double kb_cand(const KArgs& a, const int* head, const double* seg,
                                           i64 row0, i64 t, i64 j, int q) {
-    const i64 C = a.C, d = q / C + 1, i = q % C;
+    // 32-bit division (K·C < 2^31, checked by the host).
+    const int c32 = (int)a.C, d32 = q / c32 + 1, i32 = q % c32;
+    const i64 C = a.C, d = d32, i = i32;
     const double s = seg[d - 1];
     if (d == t) {
         // A first segment: one candidate, from the virtual start.
