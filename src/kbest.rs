@@ -12,7 +12,8 @@ use crate::{AnyEngine, AsProblem, SemiCrf};
 // Without any backend the enum has no variants: every method is an empty match.
 #[cfg_attr(not(any(feature = "cpu", feature = "cuda")), allow(unused_variables))]
 impl<F: Scalar> KBest<F> for AnyEngine {
-    /// The CPU engines' k best; a CUDA engine is [`Error::Unsupported`](crate::Error::Unsupported).
+    /// Each engine's own k best: the CPU engines', and the CUDA streaming engine's kernel
+    /// (`k` up to `semicrf_cuda::KBEST_MAX_K`).
     fn kbest(&self, problem: &Problem<'_, F>, k: usize) -> Result<Vec<Vec<Decoded>>> {
         match *self {
             #[cfg(feature = "cpu")]
@@ -22,7 +23,7 @@ impl<F: Scalar> KBest<F> for AnyEngine {
             #[cfg(feature = "cpu")]
             AnyEngine::Streaming(ref e) => e.kbest(problem, k),
             #[cfg(feature = "cuda")]
-            AnyEngine::Cuda(ref e) => Err(no_cuda(e)),
+            AnyEngine::Cuda(ref e) => e.kbest(problem, k),
         }
     }
     fn kbest_memory_required(&self, query: &Query, k: usize) -> Result<u64> {
@@ -34,16 +35,8 @@ impl<F: Scalar> KBest<F> for AnyEngine {
             #[cfg(feature = "cpu")]
             AnyEngine::Streaming(ref e) => KBest::<F>::kbest_memory_required(e, query, k),
             #[cfg(feature = "cuda")]
-            AnyEngine::Cuda(ref e) => Err(no_cuda(e)),
+            AnyEngine::Cuda(ref e) => KBest::<F>::kbest_memory_required(e, query, k),
         }
-    }
-}
-
-#[cfg(feature = "cuda")]
-fn no_cuda(e: &semicrf_cuda::CudaEngine) -> semicrf_core::Error {
-    semicrf_core::Error::Unsupported {
-        backend: semicrf_core::EngineInfo::name(e),
-        what: "k-best decoding (it runs on the CPU engines)".into(),
     }
 }
 
@@ -93,7 +86,10 @@ impl SemiCrf {
     ///
     /// Runs on the CPU engines (exact, scan, streaming; [`SemiCrf::select_kbest`] picks one
     /// within the memory budget), each holding up to `(L + 1)·C·k` entries of 16 bytes per
-    /// sequence in flight; a CUDA device is [`Error::Unsupported`](crate::Error::Unsupported).
+    /// sequence in flight, and on a CUDA device's streaming engine for structured input with
+    /// `k` up to 1024 (a larger `k` is [`Error::Unsupported`](crate::Error::Unsupported)),
+    /// which holds `B·T·C·k` entries of 16 bytes on the device, and gives the same lists,
+    /// ties included. `k = 0` gives empty lists on every engine.
     ///
     /// ```
     /// use semicrf::ndarray::Array3;

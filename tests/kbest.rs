@@ -1,6 +1,6 @@
 //! `SemiCrf::kbest` and `SemiCrf::posterior_decode` through the facade, on every backend,
-//! against brute-force enumeration (`semicrf::enumerate`); the CUDA module checks posterior
-//! decoding on the GPU (it skips with a printed reason without one, unless
+//! against brute-force enumeration (`semicrf::enumerate`); the CUDA module checks k best and
+//! posterior decoding on the GPU (it skips with a printed reason without one, unless
 //! `SEMICRF_REQUIRE_GPU=1`).
 
 #![cfg(feature = "cpu")]
@@ -167,13 +167,108 @@ mod cuda {
         }
     }
 
+    /// The k best of `p` on the CPU streaming engine (the reference the kernel follows
+    /// value for value).
+    fn on_cpu<F: semicrf::Scalar>(p: &Problem<'_, F>, k: usize) -> Vec<Vec<semicrf::Decoded>> {
+        crf(Backend::Streaming).kbest(p, k).unwrap()
+    }
+
+    /// Lists equal, scores bit for bit.
+    fn same(what: &str, got: &[Vec<semicrf::Decoded>], want: &[Vec<semicrf::Decoded>]) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (b, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_eq!(g.len(), w.len(), "{what}, seq {b}: list lengths");
+            for (r, (g, w)) in g.iter().zip(w).enumerate() {
+                assert_eq!(
+                    g.score.to_bits(),
+                    w.score.to_bits(),
+                    "{what}, seq {b}, rank {r}"
+                );
+                assert_eq!(g.segments, w.segments, "{what}, seq {b}, rank {r}");
+            }
+        }
+    }
+
+    /// Integer scores (exact ties in the documented order), `(K, C, C)` transitions, every
+    /// optional input, ragged lengths: the GPU's lists equal brute force and the CPU's, for
+    /// `k` from 1 to more than exist, `f64` and `f32`.
     #[test]
-    fn k_best_on_cuda_is_a_typed_error() {
+    fn k_best_on_cuda_equals_brute_force_and_the_cpu_engine() {
+        let Some(gpu) = gpu() else { return };
+        for seed in 0..3 {
+            let o = problem(seed);
+            let p: Problem<'_, f64> = o.view().unwrap().into();
+            for k in [1, 2, 5, 32, 1000] {
+                let got = gpu.kbest(&p, k).unwrap();
+                for (b, got) in got.iter().enumerate() {
+                    let want = enumerate::kbest(&p, b, k).unwrap();
+                    assert_eq!(got.len(), want.len(), "k = {k}, seq {b}");
+                    for (g, w) in got.iter().zip(&want) {
+                        assert_eq!((g.score, &g.segments), (w.score, &w.segments));
+                    }
+                }
+                same(&format!("seed {seed}, k = {k}"), &got, &on_cpu(&p, k));
+                let f32s = o.cast::<f32>();
+                let q: Problem<'_, f32> = f32s.view().unwrap().into();
+                same(
+                    &format!("f32, seed {seed}, k = {k}"),
+                    &gpu.kbest(&q, k).unwrap(),
+                    &on_cpu(&q, k),
+                );
+            }
+        }
+    }
+
+    /// Real-valued scores with `-inf` cuts, more than 32 labels and more than 64 durations,
+    /// batches whose sequences are shorter than T: the GPU's lists are the CPU's, bit for bit.
+    #[test]
+    fn k_best_on_cuda_equals_the_cpu_engine_on_larger_problems() {
+        let Some(gpu) = gpu() else { return };
+        for (seed, (b, t, kd, c)) in [
+            (1, (3, 120, 12, 40)),
+            (2, (2, 150, 70, 3)),
+            (3, (5, 300, 8, 24)),
+        ] {
+            let mut g = GenSpec::new(b, t, kd, c).everything();
+            g.forbid_scores = 0.05;
+            g.forbid_transitions = 0.2;
+            g.capped_durations = seed == 3;
+            let o = random_problem(seed, &g);
+            let p: Problem<'_, f64> = o.view().unwrap().into();
+            for k in [1, 8, 32] {
+                let got = gpu.kbest(&p, k).unwrap();
+                assert!(got[0].len() == k, "{b}x{t}x{kd}x{c}: k = {k}");
+                same(&format!("{b}x{t}x{kd}x{c}, k = {k}"), &got, &on_cpu(&p, k));
+            }
+        }
+    }
+
+    /// `k = 0` gives empty lists; a `k` beyond the kernel's limit, edge input and the
+    /// exact algorithm on the GPU are typed errors naming what is refused.
+    #[test]
+    fn k_best_on_cuda_refuses_what_it_cannot_do_with_typed_errors() {
         let Some(gpu) = gpu() else { return };
         let o = problem(0);
-        assert!(matches!(
-            gpu.kbest(&o.view().unwrap(), 2),
-            Err(Error::Unsupported { .. })
-        ));
+        let p = o.view().unwrap();
+        assert!(gpu.kbest(&p, 0).unwrap().iter().all(|l| l.is_empty()));
+        let max = semicrf::cuda::KBEST_MAX_K;
+        assert_eq!(
+            gpu.kbest(&p, max).unwrap()[0],
+            on_cpu(&p.clone().into(), max)[0]
+        );
+        match gpu.kbest(&p, max + 1) {
+            Err(Error::Unsupported { what, .. }) => assert!(what.contains("1024"), "{what}"),
+            other => panic!("{other:?}"),
+        }
+        let edges = materialize(&p);
+        let e = EdgePotentials::new(edges.view(), &o.lengths).unwrap();
+        let exact = SemiCrf::with_config(
+            Config::new()
+                .device(Device::Cuda(0))
+                .backend(Backend::Exact),
+        );
+        for r in [gpu.kbest(&e, 3), exact.kbest(&p, 3)] {
+            assert!(matches!(r, Err(Error::Unsupported { .. })), "{r:?}");
+        }
     }
 }

@@ -9,7 +9,7 @@
 # once per group of kernels (`--kernel-regex`), which is several times faster than checking
 # every kernel in one process. The groups cover every kernel of kernels/*.cu: streaming.cu's
 # `fwd_*`/`bwd_*`, meet.cu's `meet_fwd*`, `meet_save*`, `meet_bwd*` and `meet_z_log`, io.cu's
-# `check_input`, `meet_sum` and `narrow*`, edge.cu's `edge_*`. SECONDS (default 540) bounds
+# `check_input`, `meet_sum` and `narrow*`, edge.cu's `edge_*`, kbest.cu's `kbest_fwd`. SECONDS (default 540) bounds
 # each process. Prints each process's last lines and exits non-zero unless every process ended
 # with its test passed and "0 hazards displayed (0 errors, 0 warnings)".
 set -u
@@ -18,7 +18,7 @@ limit=${2:-540}
 export SEMICRF_REQUIRE_GPU=1
 ngpu=$(nvidia-smi -L | wc -l)
 logs=$(mktemp -d)
-groups=('^(fwd|bwd)_' '^meet_fwd' '^meet_save' '^meet_bwd' '^(meet_z|meet_sum|check_input|narrow|edge_)')
+groups=('^(fwd|bwd)_' '^meet_fwd' '^meet_save' '^meet_bwd' '^(meet_z|meet_sum|check_input|narrow|edge_|kbest_)')
 whole=" ${WHOLE:-} "
 n=0
 run() { # log-name, filter arguments...

@@ -96,7 +96,7 @@ struct EvalArgs {
     #[arg(long)]
     no_grad: bool,
     /// Add `kbest`: the N highest-scoring segmentations of every sequence, best first, each
-    /// {"score", "segments"} (CPU engines only).
+    /// {"score", "segments"} (CPU engines; with --device cuda the GPU, N up to 1024).
     #[arg(long, value_name = "N")]
     kbest: Option<usize>,
     /// Add `posterior`: the posterior decoding of every sequence (the segmentation with the

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The layers, lowest first (the crate docs' table).
-const ORDER: [&str; 14] = [
+const ORDER: [&str; 15] = [
     "tuning",
     "kernel",
     "device",
@@ -19,17 +19,19 @@ const ORDER: [&str; 14] = [
     "resident",
     "outputs",
     "engine",
+    "kbest",
     "streamed",
     "sample",
 ];
 
 /// Modules for tests only, which may use any other.
-const TEST_ONLY: [&str; 5] = [
+const TEST_ONLY: [&str; 6] = [
     "emu",
     "layering",
     "meet::tests",
     "logdomain::tests",
     "sample::tests",
+    "kbest::tests",
 ];
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {

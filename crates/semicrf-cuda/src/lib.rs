@@ -77,6 +77,7 @@
 //! | forward, static transition | `O(T·C·(C+K))`, two half-length sweeps | inputs + `16·(K·C + 10·C + 4)` bytes per sequence (and `16·(K+16)·C` where the ring leaves shared memory) |
 //! | forward, `(K, C, C)` transition | `O(T·K·C²)` | inputs + `O(K·C)` per sequence |
 //! | Viterbi | the forward | + `8·(T+1)·C` bytes of backpointers per sequence |
+//! | k best (`kernels/kbest.cu`, `k` ≤ [`KBEST_MAX_K`]) | `O(T·C·k·K·C/32)` on one block | + `16·T·C·k + 4·T·C` bytes of lists and `8·k·T` of results per sequence; the lists are the CPU engines', bit for bit |
 //! | forward + backward, static | 2.2–2.9× the forward (the kernels alone 2.7–3.0×) | + `16·(T+4)·(C+1)` bytes per sequence of saved rows, the outputs |
 //! | forward + backward, `(K, C, C)` | about 3× the forward | + `16·(T+1)·C` bytes per sequence, the outputs |
 //!
@@ -196,6 +197,7 @@
 //! | `resident` | potentials in device memory and results left there; their checks (`kernels/io.cu`) |
 //! | `outputs` | a backward pass's results written into the caller's device arrays; their checks, streams and `f32` conversion |
 //! | `engine` | [`CudaEngine`] |
+//! | `kbest` | k best on the device (`kernels/kbest.cu`): [`KBest`](semicrf_core::KBest) for [`CudaEngine`] |
 //! | `streamed` | [`CudaEngine`] on a potentials source ([`SourceEngine`]): rows uploaded chunk by chunk, gradients delivered chunk by chunk |
 //! | `sample` | [`CudaEngine`] as a [`Sampler`]: the forward values saved on the device, the draws on the host |
 #![deny(missing_docs)]
@@ -206,6 +208,7 @@ mod edge;
 #[cfg(test)]
 mod emu;
 mod engine;
+mod kbest;
 mod kernel;
 mod logdomain;
 mod meet;
@@ -220,6 +223,7 @@ mod tuning;
 pub use cudarc;
 pub use device::MemoryUse;
 pub use engine::CudaEngine;
+pub use kbest::KBEST_MAX_K;
 pub use outputs::{DeviceArrayMut, DeviceOutputs, HostBackward};
 pub use resident::{DeviceArray, DeviceBackward, DevicePotentials, DevicePotentialsBuilder, Dtype};
 #[cfg(doc)]

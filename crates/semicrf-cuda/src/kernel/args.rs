@@ -234,13 +234,47 @@ argument_block! {
     }
 }
 
+argument_block! {
+    /// The k-best kernel's arguments (`struct KArgs` of `kernels/kbest.cu`).
+    KBestArgs as "KArgs" {
+        sc: DevPtr,
+        bb: DevPtr,
+        eb: DevPtr,
+        tr: DevPtr,
+        dur: DevPtr,
+        st: DevPtr,
+        en: DevPtr,
+        len: DevPtr,
+        score: DevPtr,
+        back: DevPtr,
+        rank: DevPtr,
+        cnt: DevPtr,
+        head: DevPtr,
+        hv: DevPtr,
+        seg: DevPtr,
+        pick: DevPtr,
+        oscore: DevPtr,
+        on: DevPtr,
+        olen: DevPtr,
+        od: DevPtr,
+        oc: DevPtr,
+        t as "T": i64,
+        k as "K": i64,
+        c as "C": i64,
+        kbest as "k": i32,
+        dd: i32,
+        f32in: i32,
+    }
+}
+
 /// Every argument block's layout.
-pub(crate) fn layouts() -> [Layout; 4] {
+pub(crate) fn layouts() -> [Layout; 5] {
     [
         StreamArgs::layout(),
         MeetArgs::layout(),
         EdgeArgs::layout(),
         CheckArgs::layout(),
+        KBestArgs::layout(),
     ]
 }
 

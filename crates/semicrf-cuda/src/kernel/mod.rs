@@ -5,10 +5,10 @@
 
 pub(crate) mod args;
 
-pub(crate) use args::{CheckArgs, DevPtr, EdgeArgs, MeetArgs, StreamArgs};
+pub(crate) use args::{CheckArgs, DevPtr, EdgeArgs, KBestArgs, MeetArgs, StreamArgs};
 
 /// The kernel sources by file name, as the `#include`s name them.
-pub(crate) const SOURCES: [(&str, &str); 10] = [
+pub(crate) const SOURCES: [(&str, &str); 11] = [
     ("semiring.cuh", include_str!("../../kernels/semiring.cuh")),
     ("window.cuh", include_str!("../../kernels/window.cuh")),
     ("streaming.cu", include_str!("../../kernels/streaming.cu")),
@@ -27,6 +27,7 @@ pub(crate) const SOURCES: [(&str, &str); 10] = [
     ),
     ("meet.cu", include_str!("../../kernels/meet.cu")),
     ("io.cu", include_str!("../../kernels/io.cu")),
+    ("kbest.cu", include_str!("../../kernels/kbest.cu")),
     ("module.cu", include_str!("../../kernels/module.cu")),
 ];
 
@@ -213,6 +214,8 @@ kernels! {
     MeetSum = "meet_sum",
     /// `f64` results into a caller's `f32` buffer.
     NarrowF32 = "narrow_f32",
+    /// `kernels/kbest.cu`: the k best segmentations.
+    KBestFwd = "kbest_fwd",
 }
 
 /// A pass of the meet kernels.
