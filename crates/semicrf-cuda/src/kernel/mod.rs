@@ -213,6 +213,8 @@ kernels! {
     MeetSum = "meet_sum",
     /// `f64` results into a caller's `f32` buffer.
     NarrowF32 = "narrow_f32",
+    /// The shared parameters' checks when they are on the device.
+    SharedCheck = "shared_check",
 }
 
 /// A pass of the meet kernels.
