@@ -115,8 +115,8 @@ def check(
             t = inputs.get(name)
             if t is not None and t.shape != shape:
                 raise ValueError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
-    lengths = _lengths_tensor(lengths, batch, device)
-    host = lengths.detach()
+    # (Integer tensors never require grad: nothing to detach.)
+    host = _lengths_tensor(lengths, batch, device)
     if host.device.type != "cpu":
         host = host.cpu()
     if host.dtype != torch.int64:

@@ -440,9 +440,9 @@ def _host_problem(kw):
     for name in ("transition", "duration", "start", "end"):
         if kw.get(name) is not None:
             # (device address, shape) pairs of the problem's dtype, as the contract says
-            at, shape = kw[name]
-            assert isinstance(at, int) and isinstance(shape, tuple)
-            p[name] = _view(at, shape, dtype).astype(np.float64)
+            at, dims = kw[name]
+            assert isinstance(at, int) and isinstance(dims, tuple)
+            p[name] = _view(at, dims, dtype).astype(np.float64)
     assert isinstance(kw["stream"], int) and isinstance(kw["device"], int)
     p.update(lengths=np.asarray(kw["lengths"]), max_duration=kw["max_duration"])
     return semicrf._native, p
