@@ -7,7 +7,7 @@ use ndarray::{ArrayD, ArrayViewD, IxDyn};
 use semicrf_core::range::{self, SharedBound};
 use semicrf_core::{Error, Potentials, Result};
 
-use super::{DeviceArray, Dtype};
+use super::array::{DeviceArray, Dtype};
 use crate::call::Model;
 use crate::device::{Gpu, driver};
 use crate::kernel::{DevPtr, Kernel};
