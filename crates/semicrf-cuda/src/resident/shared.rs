@@ -203,6 +203,20 @@ mod tests {
     fn shared_check_bounds_are_the_hosts() {
         let exe = crate::emu::build_emulator("semicrf-shared-emu", "shared_main.cpp", &[]);
         let Some(exe) = exe else { return };
+        bounds_are_the_hosts(&exe);
+    }
+
+    /// The same under ThreadSanitizer: the block's reduction of the maxima reads only what
+    /// a barrier has ordered (a missing one is a reported race, which fails the run).
+    #[test]
+    fn shared_check_has_no_data_race() {
+        let flags = ["-fsanitize=thread", "-g"];
+        let exe = crate::emu::build_emulator("semicrf-shared-tsan", "shared_main.cpp", &flags);
+        let Some(exe) = exe else { return };
+        bounds_are_the_hosts(&exe);
+    }
+
+    fn bounds_are_the_hosts(exe: &std::path::Path) {
         let mut x: u64 = 0x5851_f42d_4c95_7f2d;
         let mut next = move || {
             x ^= x << 13;
@@ -259,7 +273,7 @@ mod tests {
             for &l in &lengths {
                 buf.extend_from_slice(&(l as i64).to_le_bytes());
             }
-            let got = crate::emu::run_emulated(&exe, &buf);
+            let got = crate::emu::run_emulated(exe, &buf);
             let slots: [Option<Shared<'_>>; 4] = std::array::from_fn(|i| {
                 shapes[i].as_ref().map(|s| {
                     let n = s.iter().product();
