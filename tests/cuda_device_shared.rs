@@ -164,7 +164,11 @@ fn backward_all_on_device(
     let mut du = nan(k * c, shared_f32);
     let mut st = nan(c, shared_f32);
     let mut en = nan(c, shared_f32);
+    let mut gb = nan(b * t * c, f32);
+    let mut ge = nan(b * t * c, f32);
     let out = DeviceOutputs::new(sc.out())
+        .begin_boundary(gb.out())
+        .end_boundary(ge.out())
         .boundary(bm.out())
         .log_z(lz.out())
         .transition(tr.out())
@@ -172,7 +176,9 @@ fn backward_all_on_device(
         .start(st.out())
         .end(en.out());
     let host = cuda.backward_into(p, g, out).unwrap();
-    let read = [&sc, &bm, &lz, &tr, &du, &st, &en].map(Dev::bits).to_vec();
+    let read = [&sc, &bm, &lz, &tr, &du, &st, &en, &gb, &ge]
+        .map(Dev::bits)
+        .to_vec();
     (read, host)
 }
 
@@ -287,6 +293,10 @@ fn shared_parameters_on_the_device_give_the_host_parameters_results() {
                             "{name}: boundary marginals on the device"
                         );
                         assert_eq!(read[2], narrow(bits(&want.log_z)), "{name}: log Z");
+                        let wb = bits(w.begin_boundary.as_ref().unwrap());
+                        let we = bits(w.end_boundary.as_ref().unwrap());
+                        assert!(read[7] == narrow(wb), "{name}: begin boundary's gradient");
+                        assert!(read[8] == narrow(we), "{name}: end boundary's gradient");
                         match &first {
                             None => first = Some(read),
                             Some(f) => assert!(f == &read, "{name}: run {run} differs"),
