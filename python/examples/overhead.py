@@ -2,12 +2,16 @@
 
     semicrf.torch.log_partition(h, lengths, K, transition, duration).sum().backward()
 
-at the canonical shapes (S1-S7), `h` `(B, T, C)` float32, `lengths` on the same device. The
-package's stages are timed by wrapping them (the time spent inside each, by the host's clock,
-median over the steps, µs): the input checks (`check`, with the lengths' copy to the host),
-`Call()`, the engine's arguments (`device_kwargs`, or `host_kwargs` on the CPU), the native
-call, the rest of `Call.backward` (output buffers, the shared parameters' gradients to the
-device), the `.sum()`, the `.backward()` and, inside it, `_Eager.backward` and `_weigh`.
+at the canonical shapes (S1-S7), `h` `(B, T, C)` float32, `lengths` a CPU tensor (the fast
+path: nothing to copy) or with `--lengths device` on the GPU (one small copy to the host).
+The package's stages are timed by wrapping them (the time spent inside each, by the host's
+clock, median over the steps, µs): the input checks (`check`, with the lengths' copy to the
+host where they are on the device), `Call()`, the engine's arguments (`device_kwargs`, or
+`host_kwargs` on the CPU: the device addresses of every tensor, the shared parameters'
+included), the native call (which reads the shared parameters back with its input checks'
+one copy and writes their gradients into tensors torch allocated), the rest of
+`Call.backward` (the output buffers), the `.sum()`, the `.backward()` and, inside it,
+`_Eager.backward` and `_weigh`.
 
 Scores, transition and duration are drawn as `device_times` draws them (uniform in [-1, 1];
 `--values randn` for normal scores): which kernels run depends on the values' range. On a
@@ -19,6 +23,7 @@ backward, and `x.sum().backward()`.
 
     python overhead.py                  # CUDA if available, else the CPU
     python overhead.py --shapes S1 S3 --steps 51
+    python overhead.py --lengths device # lengths on the GPU: one small copy per step
 """
 
 import argparse
@@ -45,6 +50,12 @@ ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
 ap.add_argument("--steps", type=int, default=31)
 ap.add_argument("--replays", type=int, default=21, help="replays of the native call alone")
 ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+ap.add_argument(
+    "--lengths",
+    choices=["cpu", "device"],
+    default="cpu",
+    help="where the lengths are: a CPU tensor (no copy) or on the device (one small copy)",
+)
 ap.add_argument(
     "--values",
     choices=["uniform", "randn"],
@@ -105,11 +116,11 @@ wrap_method(_torch_ops._Eager, "backward", "_Eager.backward")
 _torch_ops._weigh = timed("_weigh", _torch_ops._weigh)
 
 ROWS = [
-    ("check", "check (lengths to the host included)"),
+    ("check", "check (device lengths' copy to the host included)"),
     ("Call()", "Call()"),
     ("engine arguments", "device_kwargs / host_kwargs"),
     ("native call", "native call"),
-    ("outputs", "rest of Call.backward (outputs, shared grads to the device)"),
+    ("outputs", "rest of Call.backward (output buffers)"),
     ("log_partition", "log_partition(...) whole"),
     ("sum", ".sum()"),
     ("backward", ".backward() whole"),
@@ -147,7 +158,7 @@ def floors():
 
 
 print(f"device {dev}" + (f" ({torch.cuda.get_device_name(dev)})" if cuda else ""))
-print(f"torch {torch.__version__}; medians of {args.steps} steps, µs")
+print(f"torch {torch.__version__}; lengths on {args.lengths}; medians of {args.steps} steps, µs")
 for name, us in floors().items():
     print(f"  floor: {name}: {us:.0f}")
 for name in args.shapes:
@@ -160,7 +171,7 @@ for name in args.shapes:
         tr, dur = 0.1 * tr, 0.1 * dur
     for x in (h, tr, dur):
         x.requires_grad_()
-    lengths = torch.full((b,), t, device=dev)
+    lengths = torch.full((b,), t, device=dev if args.lengths == "device" else "cpu")
     per = defaultdict(list)
     events = []
     for i in range(args.steps + 2):

@@ -14,6 +14,8 @@ import numpy.typing as npt
 __version__: str
 
 F64 = npt.NDArray[np.float64]
+#: A shared parameter of a `cuda_*` call: a host float64 array, or (device address, shape).
+Shared = Union[F64, Tuple[int, Tuple[int, ...]]]
 Segments = List[List[Tuple[int, int, int]]]
 Budget = Union[int, str, None]
 
@@ -44,10 +46,10 @@ def cuda_log_partition(
     max_duration: int,
     stream: int,
     device: int,
-    transition: Optional[F64] = None,
-    duration: Optional[F64] = None,
-    start: Optional[F64] = None,
-    end: Optional[F64] = None,
+    transition: Optional[Shared] = None,
+    duration: Optional[Shared] = None,
+    start: Optional[Shared] = None,
+    end: Optional[Shared] = None,
     begin_boundary: Optional[int] = None,
     end_boundary: Optional[int] = None,
 ) -> F64: ...
@@ -60,10 +62,10 @@ def cuda_entropy(
     max_duration: int,
     stream: int,
     device: int,
-    transition: Optional[F64] = None,
-    duration: Optional[F64] = None,
-    start: Optional[F64] = None,
-    end: Optional[F64] = None,
+    transition: Optional[Shared] = None,
+    duration: Optional[Shared] = None,
+    start: Optional[Shared] = None,
+    end: Optional[Shared] = None,
     begin_boundary: Optional[int] = None,
     end_boundary: Optional[int] = None,
 ) -> F64: ...
@@ -76,10 +78,10 @@ def cuda_viterbi(
     max_duration: int,
     stream: int,
     device: int,
-    transition: Optional[F64] = None,
-    duration: Optional[F64] = None,
-    start: Optional[F64] = None,
-    end: Optional[F64] = None,
+    transition: Optional[Shared] = None,
+    duration: Optional[Shared] = None,
+    start: Optional[Shared] = None,
+    end: Optional[Shared] = None,
     begin_boundary: Optional[int] = None,
     end_boundary: Optional[int] = None,
 ) -> Tuple[F64, Segments]: ...
@@ -94,14 +96,18 @@ def cuda_backward(
     device: int,
     upstream: Sequence[float],
     out_scores: int,
-    transition: Optional[F64] = None,
-    duration: Optional[F64] = None,
-    start: Optional[F64] = None,
-    end: Optional[F64] = None,
+    transition: Optional[Shared] = None,
+    duration: Optional[Shared] = None,
+    start: Optional[Shared] = None,
+    end: Optional[Shared] = None,
     begin_boundary: Optional[int] = None,
     end_boundary: Optional[int] = None,
     out_begin_boundary: Optional[int] = None,
     out_end_boundary: Optional[int] = None,
     out_boundary: Optional[int] = None,
     out_log_z: Optional[int] = None,
+    out_transition: Optional[int] = None,
+    out_duration: Optional[int] = None,
+    out_start: Optional[int] = None,
+    out_end: Optional[int] = None,
 ) -> Dict[str, F64]: ...

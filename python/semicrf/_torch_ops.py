@@ -38,8 +38,8 @@ def _inputs(args) -> dict:
 
 def _grad_dtype(name: str, device: torch.device, compute: torch.dtype) -> torch.dtype:
     # The CPU engines return float64 arrays; on CUDA every gradient is in the problem's
-    # dtype (the (B, T, C) ones written so by the engine, the shared ones rounded once on
-    # the host from the engine's float64 sums before their copy to the device).
+    # dtype, written so by the engine into tensors torch allocated (the shared ones rounded
+    # once from the engine's float64 sums).
     if device.type == "cuda":
         return compute
     return torch.float64

@@ -4,7 +4,10 @@ A problem is the set of tensors of the model (crates/semicrf-core/src/model.md Â
 they are checked (type, device, rank and shape, naming the tensor), made contiguous and cast
 to the dtype the engine runs (float32 or float64) once, and handed to `semicrf._native`:
 CPU tensors as numpy views of their memory, CUDA tensors as device addresses on torch's
-current stream, with outputs allocated by torch.
+current stream, with outputs allocated by torch. On CUDA only the lengths come to the host
+(no copy when they are a CPU tensor, one small copy when they are on the device); the shared
+parameters go to the engine as device arrays too, and their gradients are written into
+tensors torch allocated.
 """
 
 from __future__ import annotations
@@ -39,9 +42,6 @@ _INTS = frozenset((torch.int8, torch.int16, torch.int32, torch.int64, torch.uint
 
 #: Device types whose tensors go to the `cuda_*` entries (a test emulates one on the CPU).
 DEVICE_TYPES: Tuple[str, ...] = ("cuda",)
-#: The attribute of a checked `lengths` tensor holding the host copies of the shared
-#: parameters made with it (`check`), for the `Call` made next on the same problem.
-_SHARED_HOST = "_semicrf_shared_host"
 
 
 def compute_dtype(tensors: Sequence[Optional[Tensor]]) -> torch.dtype:
@@ -62,9 +62,10 @@ def check(
 
     Raises ValueError naming the tensor for a wrong device, rank or shape, TypeError for a
     non-tensor or a tensor of a dtype that is not floating (integer for `lengths`).
-    On a device, the lengths and the shared parameters come to the host in one copy (the
-    engine takes both there); the parameters' copies ride on the returned lengths. Callers
-    that run no engine (`gold_score`) pass `for_engine=False`: the lengths come alone.
+    The lengths come to the host (the engines take them there): CPU lengths as they are (the
+    fast path: no copy, no wait for the device), lengths on the device in one small copy.
+    `for_engine` is kept for the callers that run no engine (`gold_score`); the lengths are
+    the same either way.
     """
     scores, edges = inputs.get("scores"), inputs.get("edges")
     if (scores is None) == (edges is None):
@@ -114,19 +115,14 @@ def check(
             t = inputs.get(name)
             if t is not None and t.shape != shape:
                 raise ValueError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
-    lengths = _lengths_tensor(lengths, batch, device)
-    if for_engine and device.type in DEVICE_TYPES and main_name == "scores" and not _compiling():
-        shared = [(n, inputs[n]) for n in SHARED if inputs.get(n) is not None]
-        return inputs, _with_shared(lengths, shared, t_max), k
-    host = lengths.detach().to("cpu", torch.int64)
+    # (Integer tensors never require grad: nothing to detach.)
+    host = _lengths_tensor(lengths, batch, device)
+    if host.device.type != "cpu":
+        host = host.cpu()
+    if host.dtype != torch.int64:
+        host = host.to(torch.int64)
     _check_range(host.numpy(), t_max)
     return inputs, host, k
-
-
-def _compiling() -> bool:
-    # Traced by torch.compile, the lengths go to the host alone (the copies of the shared
-    # parameters would not reach the operator's call).
-    return torch.compiler.is_compiling()
 
 
 def _lengths_tensor(lengths, batch: int, device: torch.device) -> Tensor:
@@ -149,60 +145,6 @@ def _check_range(a: np.ndarray, t_max: int) -> None:
     if a.size and (a.min() < 1 or a.max() > t_max):
         b = int(np.flatnonzero((a < 1) | (a > t_max))[0])
         raise ValueError(f"lengths[{b}] = {int(a[b])} is outside 1..={t_max}")
-
-
-def _with_shared(lengths: Tensor, shared: List[Tuple[str, Tensor]], t_max: int) -> Tensor:
-    """The lengths as int64 on the host, checked, carrying (`_SHARED_HOST`) the host float64
-    copies of the `shared` parameters: both brought from the device in one copy."""
-    moved = [t for _, t in shared]
-    on_device = lengths.device.type != "cpu"
-    if on_device:
-        moved.insert(0, lengths)
-    host = to_host(moved)
-    if on_device:
-        a = host.pop(0).astype(np.int64, copy=False)
-        lengths = torch.from_numpy(a)
-    else:
-        lengths = lengths.detach().to("cpu", torch.int64)
-        a = lengths.numpy()
-    _check_range(a, t_max)
-    f64 = [h.astype(np.float64, copy=False) for h in host]
-    setattr(lengths, _SHARED_HOST, [(n, t, h) for (n, t), h in zip(shared, f64)])
-    return lengths
-
-
-_NUMPY = {
-    torch.float64: np.float64,
-    torch.float32: np.float32,
-    torch.float16: np.float16,
-    torch.bfloat16: np.uint16,  # its bits; widened to float32 below
-    torch.int64: np.int64,
-    torch.int32: np.int32,
-    torch.int16: np.int16,
-    torch.int8: np.int8,
-    torch.uint8: np.uint8,
-}
-
-
-def to_host(tensors: List[Tensor]) -> List[np.ndarray]:
-    """C-contiguous numpy copies of `tensors` (each of its shape and dtype, bfloat16 widened
-    exactly to float32) from one copy from the device: their bytes gathered in one buffer
-    there, widest elements first (each stays aligned), split on the host."""
-    order = sorted(range(len(tensors)), key=lambda i: -tensors[i].element_size())
-    raw = [tensors[i].detach().reshape(-1).contiguous().view(torch.uint8) for i in order]
-    if not raw:
-        return []
-    flat = (raw[0] if len(raw) == 1 else torch.cat(raw)).cpu().numpy()
-    out: List[np.ndarray] = [flat] * len(tensors)
-    at = 0
-    for i, r in zip(order, raw):
-        t, n = tensors[i], r.numel()
-        a = flat[at : at + n].view(_NUMPY[t.dtype])
-        if t.dtype == torch.bfloat16:
-            a = (a.astype(np.uint32) << 16).view(np.float32)
-        out[i] = a.reshape(t.shape)
-        at += n
-    return out
 
 
 def current_stream(index: int) -> int:
@@ -299,21 +241,12 @@ class Call:
             t = inputs.get(name)
             if t is not None:
                 kw[name] = address(t)
-        for name, _, host in self.shared_host():
-            kw[name] = host
+        for name in SHARED:
+            t = inputs.get(name)
+            if t is not None:
+                # On the device too: the engine reads them back with its checks' words.
+                kw[name] = (address(t), tuple(t.shape))
         return kw, keep
-
-    def shared_host(self) -> List[Tuple[str, Tensor, np.ndarray]]:
-        """The shared parameters given, in `SHARED` order: (name, tensor, host float64 copy).
-        The copies `check` made with the lengths if they are of these very tensors (taken:
-        used once), else new ones, in one copy from the device."""
-        shared = [(n, self.inputs[n]) for n in SHARED if self.inputs.get(n) is not None]
-        made = self.lengths.__dict__.pop(_SHARED_HOST, None)
-        if made is not None and len(made) == len(shared):
-            if all(m[0] == n and m[1] is t for m, (n, t) in zip(made, shared)):
-                return made
-        host = to_host([t for _, t in shared])
-        return [(n, t, h.astype(np.float64, copy=False)) for (n, t), h in zip(shared, host)]
 
     def on_device(self, fn, kw: dict):
         """`fn(**kw)` with torch's current device set to the problem's."""
@@ -409,18 +342,14 @@ class Call:
         if want_boundary:
             res["boundary"] = new((b, t), dtype=self.dtype)
             kw["out_boundary"] = res["boundary"].data_ptr()
+        # The shared parameters' gradients: written by the engine on the device too.
+        for name in SHARED:
+            p = self.inputs.get(name)
+            if p is not None:
+                res[name] = new(tuple(p.shape), dtype=self.dtype)
+                kw["out_" + name] = res[name].data_ptr()
         kw["upstream"] = upstream
-        out = self.on_device(_native.cuda_backward, kw)
+        self.on_device(_native.cuda_backward, kw)
         del keep
-        # The shared parameters' gradients (one float64 array, in `SHARED` order of the
-        # inputs given) to the device in one copy, rounded on the host for float32.
-        flat = out["shared"]
-        if flat.size:
-            if self.dtype == torch.float32:
-                flat = flat.astype(np.float32)
-            given = [(n, self.inputs[n]) for n in SHARED if self.inputs.get(n) is not None]
-            parts = torch.from_numpy(flat).to(self.device).split([p.numel() for _, p in given])
-            for (name, p), part in zip(given, parts):
-                res[name] = part.view(p.shape)
         res["log_z"] = log_z
         return res

@@ -30,6 +30,22 @@ pub fn cuda_available(py: Python<'_>, device: usize) -> (bool, String) {
     }
 }
 
+/// A shared parameter: a host `float64` array, or a device array of the problem's dtype (its
+/// address and shape).
+enum Param<'py> {
+    Host(PyReadonlyArrayDyn<'py, f64>),
+    Device(u64, Vec<usize>),
+}
+
+impl Param<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Param::Host(a) => a.as_array().len(),
+            Param::Device(_, shape) => shape.iter().product(),
+        }
+    }
+}
+
 /// The arguments every `cuda_*` function takes: the problem on the device.
 struct OnDevice<'py> {
     scores: u64,
@@ -37,7 +53,7 @@ struct OnDevice<'py> {
     dtype: Dtype,
     lengths: Vec<usize>,
     max_duration: usize,
-    params: Vec<(&'static str, PyReadonlyArrayDyn<'py, f64>)>,
+    params: Vec<(&'static str, Param<'py>)>,
     begin_boundary: Option<u64>,
     end_boundary: Option<u64>,
     stream: usize,
@@ -77,10 +93,17 @@ impl<'py> OnDevice<'py> {
         let mut params = Vec::new();
         for (name, v) in shared {
             if let Some(v) = v.filter(|v| !v.is_none()) {
-                let a = v.extract::<PyReadonlyArrayDyn<'py, f64>>().map_err(|_| {
-                    Failure::Type(format!("`{name}` must be a host numpy float64 array"))
-                })?;
-                params.push((name, a));
+                let p = if let Ok((at, shape)) = v.extract::<(u64, Vec<usize>)>() {
+                    Param::Device(address(name, at)?, shape)
+                } else {
+                    Param::Host(v.extract::<PyReadonlyArrayDyn<'py, f64>>().map_err(|_| {
+                        Failure::Type(format!(
+                            "`{name}` must be a host numpy float64 array or a (device \
+                             address, shape) pair"
+                        ))
+                    })?)
+                };
+                params.push((name, p));
             }
         }
         Ok(OnDevice {
@@ -109,10 +132,13 @@ impl<'py> OnDevice<'py> {
         py: Python<'_>,
         work: impl FnOnce(&CudaEngine, &DevicePotentials<'_>) -> Outcome<T> + Send,
     ) -> Outcome<T> {
-        let views: Vec<(&'static str, ArrayViewD<'_, f64>)> = self
+        let views: Vec<(&'static str, Given<'_>)> = self
             .params
             .iter()
-            .map(|(n, a)| (*n, a.as_array()))
+            .map(|(n, a)| match a {
+                Param::Host(a) => (*n, Given::Host(a.as_array())),
+                Param::Device(p, shape) => (*n, Given::Device(*p, shape.as_slice())),
+            })
             .collect();
         let (device, dims, dtype, lengths) = (self.device, self.dims, self.dtype, &self.lengths);
         let (scores, bb, eb) = (self.scores, self.begin_boundary, self.end_boundary);
@@ -128,15 +154,25 @@ impl<'py> OnDevice<'py> {
                 // SAFETY: the caller (the torch layer) passes live, contiguous tensors of
                 // `n` elements of `dtype` on `device`, written on `stream`, kept alive until
                 // this returns (python/NATIVE.md); the builder checks the allocations' sizes.
-                let arr = |p: u64| unsafe { DeviceArray::from_raw(p, n, dtype, stream) };
+                let arr_n = |p: u64, n| unsafe { DeviceArray::from_raw(p, n, dtype, stream) };
+                let arr = |p: u64| arr_n(p, n);
                 let mut builder =
                     DevicePotentials::builder(arr(scores), dims, lengths, max_duration);
                 for (name, v) in &views {
-                    builder = match *name {
-                        "transition" => builder.transition(v.view()),
-                        "duration" => builder.duration(v.view()),
-                        "start" => builder.start(v.view()),
-                        _ => builder.end(v.view()),
+                    builder = match (*name, v) {
+                        ("transition", Given::Host(v)) => builder.transition(v.view()),
+                        ("duration", Given::Host(v)) => builder.duration(v.view()),
+                        ("start", Given::Host(v)) => builder.start(v.view()),
+                        (_, Given::Host(v)) => builder.end(v.view()),
+                        (name, Given::Device(p, shape)) => {
+                            let a = arr_n(*p, shape.iter().product());
+                            match name {
+                                "transition" => builder.transition_on_device(a, shape),
+                                "duration" => builder.duration_on_device(a, shape),
+                                "start" => builder.start_on_device(a, shape),
+                                _ => builder.end_on_device(a, shape),
+                            }
+                        }
                     };
                 }
                 if let Some(p) = bb {
@@ -212,13 +248,15 @@ device_fn!(
 );
 
 /// Forward and backward of a problem on the device; the `(B, T, C)` gradients (weighted by
-/// `upstream`) and the `(B, T)` boundary marginals are written into the caller's device
-/// buffers of `dtype`, ordered before later work on `stream`.
+/// `upstream`), the `(B, T)` boundary marginals, log Z and the shared parameters' gradients
+/// (where `out_*` gives them) are written into the caller's device buffers of `dtype`,
+/// ordered before later work on `stream`. Returns log Z and the shared parameters'
+/// gradients that have no output (one flat float64 array) on the host.
 #[pyfunction]
 #[pyo3(signature = (*, scores, shape, dtype, lengths, max_duration, stream, device, upstream,
     out_scores, transition=None, duration=None, start=None, end=None, begin_boundary=None,
     end_boundary=None, out_begin_boundary=None, out_end_boundary=None, out_boundary=None,
-    out_log_z=None))]
+    out_log_z=None, out_transition=None, out_duration=None, out_start=None, out_end=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn cuda_backward<'py>(
     py: Python<'py>,
@@ -241,6 +279,10 @@ pub fn cuda_backward<'py>(
     out_end_boundary: Option<u64>,
     out_boundary: Option<u64>,
     out_log_z: Option<u64>,
+    out_transition: Option<u64>,
+    out_duration: Option<u64>,
+    out_start: Option<u64>,
+    out_end: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let call = OnDevice::new(
         scores,
@@ -275,6 +317,15 @@ pub fn cuda_backward<'py>(
             .map(|p| address("out_boundary", p))
             .transpose()?,
         log_z: out_log_z.map(|p| address("out_log_z", p)).transpose()?,
+        shared: shared_targets(
+            &call,
+            [
+                ("transition", out_transition),
+                ("duration", out_duration),
+                ("start", out_start),
+                ("end", out_end),
+            ],
+        )?,
     };
     let upstream = floats_of(upstream)?;
     let (dtype, (bn, t, c)) = (call.dtype, call.dims);
@@ -299,13 +350,22 @@ pub fn cuda_backward<'py>(
         if let Some(p) = targets.log_z {
             outs = outs.log_z(arr(p, bn));
         }
+        for &(name, p, len) in &targets.shared {
+            outs = match name {
+                "transition" => outs.transition(arr(p, len)),
+                "duration" => outs.duration(arr(p, len)),
+                "start" => outs.start(arr(p, len)),
+                _ => outs.end(arr(p, len)),
+            };
+        }
         Ok(out_host(e.backward_into(p, &upstream, outs)?))
     })?;
     let d = PyDict::new(py);
     d.set_item("log_z", PyArray1::from_vec(py, out.0))?;
     let mut shared = Vec::new();
     for (name, a) in out.1 {
-        if call.params.iter().any(|(n, _)| *n == name) {
+        let written = targets.shared.iter().any(|(n, _, _)| *n == name);
+        if !written && call.params.iter().any(|(n, _)| *n == name) {
             shared.extend(a.iter().copied());
         }
     }
@@ -344,4 +404,31 @@ struct Targets {
     end_boundary: Option<u64>,
     boundary: Option<u64>,
     log_z: Option<u64>,
+    /// The shared parameters' gradients: name, address, elements (the parameter's).
+    shared: Vec<(&'static str, u64, usize)>,
+}
+
+/// A shared parameter as the engine's builder takes it.
+enum Given<'a> {
+    Host(ArrayViewD<'a, f64>),
+    Device(u64, &'a [usize]),
+}
+
+/// The outputs of the shared parameters' gradients: each for a parameter given, of its
+/// number of elements.
+fn shared_targets(
+    call: &OnDevice<'_>,
+    outs: [(&'static str, Option<u64>); 4],
+) -> Outcome<Vec<(&'static str, u64, usize)>> {
+    let mut v = Vec::new();
+    for (name, out) in outs {
+        let Some(out) = out else { continue };
+        let Some((_, p)) = call.params.iter().find(|(n, _)| *n == name) else {
+            return Err(Failure::Value(format!(
+                "`out_{name}` is given without `{name}`"
+            )));
+        };
+        v.push((name, address(&format!("out_{name}"), out)?, p.len()));
+    }
+    Ok(v)
 }

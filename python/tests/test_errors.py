@@ -151,6 +151,11 @@ def test_device_entries_check_their_arguments():
     with pytest.raises(TypeError, match="`transition` must be a host numpy float64 array"):
         _native.cuda_log_partition(scores=8, dtype="float32",
                                    transition=np.zeros((2, 2), np.float32), **kw)
+    with pytest.raises(TypeError, match="or a \\(device address, shape\\) pair"):
+        _native.cuda_log_partition(scores=8, dtype="float32", start=[1.0, 2.0], **kw)
+    with pytest.raises(ValueError, match="`out_start` is given without `start`"):
+        _native.cuda_backward(scores=8, dtype="float32", upstream=[1.0], out_scores=16,
+                              out_start=32, **kw)
     with pytest.raises(ValueError, match="`out_begin_boundary` must be a device buffer"):
         _native.cuda_backward(scores=8, dtype="float32", upstream=[1.0], out_scores=16,
                               begin_boundary=24, **kw)

@@ -1,6 +1,7 @@
 // Kernels around a call's inputs and outputs.
 //
-// `narrow_f32` (at the end): results into a caller's f32 buffer.
+// `narrow_f32` (at the end): results into a caller's f32 buffer. `shared_check`: the shared
+// parameters' part of the checks, when they are on the device.
 //
 // `check_input`: the checks of potentials that are already on the device (the host checks its
 // own arrays when they are built): for one (B, T, C) array, each sequence's first NaN or +inf, and
@@ -122,6 +123,58 @@ extern "C" __global__ void meet_sum(const double* pdur, const double* ptr, const
         acc = __dadd_rn(acc, __dmul_rn(up[b], __dadd_rn(y, z)));
     }
     red[i] = acc;
+}
+
+// `shared_check`: the shared parameters (transition, duration, start, end) when they too are
+// on the device: each widened to f64 into `copy` (read back with the checks' words, where the
+// host checks them as it checks its own), and each sequence's bound before its position
+// tensors into `bound` (and after the copies, for the host to compare with its own):
+//     once + L_b · per_segment,  per_segment = (0 + max|transition|) + max|duration|,
+//     once = (0 + max|start|) + max|end|
+// with the largest finite |x| of each tensor (0 if none or not given), every operation rounded
+// on its own as the host's `range::shared_bound` rounds it. One block; the maxima are
+// reduced in shared memory (a maximum is exact in any order).
+#define SH_THREADS 256
+__device__ __forceinline__ double sh_ld(const void* p, const int f32, const i64 i) {
+    return f32 ? (double)((const float*)p)[i] : ((const double*)p)[i];
+}
+
+extern "C" __global__ void shared_check(const void* p0, const void* p1, const void* p2,
+                                        const void* p3, const i64 n0, const i64 n1,
+                                        const i64 n2, const i64 n3, const int f32mask,
+                                        const i64* len, const i64 B, double* bound,
+                                        double* copy) {
+    __shared__ double red[SH_THREADS];
+    const void* p[4] = {p0, p1, p2, p3};
+    const i64 n[4] = {n0, n1, n2, n3};
+    double m[4];
+    i64 off = 0;
+    for (int k = 0; k < 4; ++k) {
+        double mk = 0.0;
+        for (i64 i = threadIdx.x; i < n[k]; i += blockDim.x) {
+            const double x = sh_ld(p[k], (f32mask >> k) & 1, i);
+            copy[off + i] = x;
+            const double a = fabs(x);
+            if (a == a && a != -neg_inf() && a > mk) mk = a;
+        }
+        red[threadIdx.x] = mk;
+        __syncthreads();
+        for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (threadIdx.x < s && red[threadIdx.x + s] > red[threadIdx.x])
+                red[threadIdx.x] = red[threadIdx.x + s];
+            __syncthreads();
+        }
+        m[k] = red[0];
+        __syncthreads();
+        off += n[k];
+    }
+    const double per = __dadd_rn(__dadd_rn(0.0, m[0]), m[1]);
+    const double once = __dadd_rn(__dadd_rn(0.0, m[2]), m[3]);
+    for (i64 b = threadIdx.x; b < B; b += blockDim.x) {
+        const double s = __dadd_rn(once, __dmul_rn((double)len[b], per));
+        bound[b] = s;
+        copy[off + b] = s;
+    }
 }
 
 // `narrow_f32`: a result computed in f64 into the caller's f32 buffer, each value rounded to

@@ -212,14 +212,18 @@ impl CudaEngine {
     /// boundary marginals and log Z written into the caller's device arrays `out` (see
     /// [`DeviceOutputs`]: of the potentials' element type; for `f32` through an `f64`
     /// scratch of each result, for `f64` by the kernels themselves); log Z and the shared
-    /// parameters' gradients are returned on the host. The values are those of
-    /// [`CudaEngine::backward_on_device`], bit for bit (rounded to `f32` for `f32`). The
-    /// streaming algorithm only.
+    /// parameters' gradients are returned on the host too, and written into their outputs
+    /// where given. The values are those of [`CudaEngine::backward_on_device`], bit for bit
+    /// (rounded to `f32` for `f32`). The streaming algorithm only.
     ///
     /// Order: the engine's stream first waits for the work queued so far on the streams of
     /// the inputs and of the outputs; before returning, each output's stream is made to
-    /// wait (an event) for the writes, so work queued there afterwards sees them. The call
-    /// returns when its own work is done.
+    /// wait (an event) for the writes, so work queued there afterwards sees them. Where log
+    /// Z has an output and every input's stream is an output's stream, the call returns once
+    /// its work is queued (its last kernels, the `f32` conversions and the copies of the
+    /// small results, may still run; its buffers are freed in stream order); otherwise it
+    /// returns when its work is done. The call still waits inside for what decides the
+    /// kernels it runs (log Z's feasibility and the linear-domain kernels' fallbacks).
     ///
     /// The outputs are checked first ([`Error::Shape`] for a wrong length,
     /// [`Error::Unsupported`] for another element type, a boundary output missing where the
@@ -237,7 +241,10 @@ impl CudaEngine {
         out.check_on(&gpu, &backend, p)?;
         semicrf_core::range::check_probabilities_of(p.magnitudes(), p.lengths())?;
         out.wait_for_owners(&gpu, &backend, p)?;
-        let then = |call: &StreamCall<'_>, res: BackwardResults<'_>, _| out.finish(call, res);
+        // Without waiting only where the caller's later work on the inputs is ordered after.
+        let joined: Vec<usize> = out.streams().collect();
+        let wait = !out.has_log_z() || p.streams().any(|s| !joined.contains(&s));
+        let then = |call: &StreamCall<'_>, res: BackwardResults<'_>, _| out.finish(call, res, wait);
         let (src, to, linear) = (p.source(), out.targets(), self.linear);
         streaming::backward(
             &gpu, &backend, &p.model, src, upstream, linear, false, &to, then,

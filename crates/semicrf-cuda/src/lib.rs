@@ -104,15 +104,17 @@
 //!
 //! [`DevicePotentials`] holds scores and boundaries that are already in device memory
 //! ([`DeviceArray`]: a cudarc buffer, or a raw address with its length, element type and the
-//! stream that writes it, such as another framework's tensor), with the shared parameters
-//! and lengths on the host. [`DevicePotentialsBuilder::build`] checks it as the core checks
+//! stream that writes it, such as another framework's tensor), with the lengths on the host
+//! and the shared parameters on the host or on the device (read back with the checks' words,
+//! `shared_check`). [`DevicePotentialsBuilder::build`] checks it as the core checks
 //! host potentials (a kernel, `check_input` in `kernels/io.cu`, finds NaN and `+inf` and
 //! each sequence's magnitude bound on the device), and that each address is memory of this
 //! device whose allocation holds the array. [`CudaEngine::forward_on_device`],
 //! [`CudaEngine::backward_on_device`] and [`CudaEngine::viterbi_on_device`] give what the
 //! same potentials from the host give, bit for bit (a test checks it), with the backward's
 //! `(B, T, C)` gradients and boundary marginals left on the device ([`DeviceBackward`]).
-//! [`CudaEngine::backward_into`] writes them, and log Z, into arrays the caller allocated
+//! [`CudaEngine::backward_into`] writes them, log Z and the shared parameters' gradients
+//! where asked into arrays the caller allocated
 //! instead ([`DeviceOutputs`] of [`DeviceArrayMut`]s, such as tensors a framework allocated
 //! for the gradients), ordered before later work on their streams: by the kernels
 //! themselves for `f64`, through an `f64` scratch of each result and a rounding kernel

@@ -107,7 +107,10 @@ impl<'a> DeviceArrayMut<'a> {
 /// device: the gradient of the scores `(B, T, C)` (weighted by the upstream gradient, as
 /// every gradient), the gradients of the begin and end boundaries `(B, T, C)` (given exactly
 /// when the problem has that boundary), and optionally the boundary marginals `(B, T)` (not
-/// weighted) and log Z `(B,)`. Every array has the potentials' element type.
+/// weighted), log Z `(B,)` and the shared parameters' gradients (as [`HostBackward`] has
+/// them: summed over the batch in ascending order, weighted; copied from the host's values,
+/// so bit for bit those). Every array has the potentials' element type, but the shared
+/// parameters' gradients, which may have either (rounded as `as f32` for `f32`).
 ///
 /// The kernels compute in `f64`. For `f64` potentials they write straight into these
 /// buffers. For `f32` potentials the engine writes each result into an `f64` buffer of its
@@ -143,6 +146,8 @@ pub struct DeviceOutputs<'a> {
     end_boundary: Option<DeviceArrayMut<'a>>,
     boundary: Option<DeviceArrayMut<'a>>,
     log_z: Option<DeviceArrayMut<'a>>,
+    /// The shared parameters' gradients: transition, duration, start, end.
+    shared: [Option<DeviceArrayMut<'a>>; 4],
 }
 
 impl<'a> DeviceOutputs<'a> {
@@ -154,6 +159,7 @@ impl<'a> DeviceOutputs<'a> {
             end_boundary: None,
             boundary: None,
             log_z: None,
+            shared: Default::default(),
         }
     }
 
@@ -184,6 +190,43 @@ impl<'a> DeviceOutputs<'a> {
         self
     }
 
+    /// The transition's gradient, `(C, C)` or `(K, C, C)` as the potentials' transition (a
+    /// problem without one has a `(C, C)` transition of zeros).
+    pub fn transition(mut self, a: DeviceArrayMut<'a>) -> Self {
+        self.shared[0] = Some(a);
+        self
+    }
+
+    /// The duration scores' gradient, `(K, C)`.
+    pub fn duration(mut self, a: DeviceArrayMut<'a>) -> Self {
+        self.shared[1] = Some(a);
+        self
+    }
+
+    /// The start scores' gradient, `(C)`.
+    pub fn start(mut self, a: DeviceArrayMut<'a>) -> Self {
+        self.shared[2] = Some(a);
+        self
+    }
+
+    /// The end scores' gradient, `(C)`.
+    pub fn end(mut self, a: DeviceArrayMut<'a>) -> Self {
+        self.shared[3] = Some(a);
+        self
+    }
+
+    /// Whether log Z has an output: then nothing the call returns needs its work to be done,
+    /// and where the inputs' streams are the outputs' ones it returns without waiting for
+    /// it (see [`crate::CudaEngine::backward_into`]).
+    pub(crate) fn has_log_z(&self) -> bool {
+        self.log_z.is_some()
+    }
+
+    /// The outputs' streams.
+    pub(crate) fn streams(&self) -> impl Iterator<Item = usize> + '_ {
+        self.arrays().map(|(_, a)| a.stream)
+    }
+
     /// The arrays given, with their names in errors.
     fn arrays(&self) -> impl Iterator<Item = (&'static str, &DeviceArrayMut<'a>)> {
         [
@@ -192,20 +235,27 @@ impl<'a> DeviceOutputs<'a> {
             ("end_boundary output", self.end_boundary.as_ref()),
             ("boundary output", self.boundary.as_ref()),
             ("log_z output", self.log_z.as_ref()),
+            ("transition output", self.shared[0].as_ref()),
+            ("duration output", self.shared[1].as_ref()),
+            ("start output", self.shared[2].as_ref()),
+            ("end output", self.shared[3].as_ref()),
         ]
         .into_iter()
         .filter_map(|(n, a)| a.map(|a| (n, a)))
     }
 
     /// The checks that need no device: the outputs fit a problem of `shape` whose arrays
-    /// are of `dtype` and which has the boundaries of `has` (begin, end), and none overlaps
-    /// another or one of the problem's arrays (`inputs`: name, address, bytes).
+    /// are of `dtype` and which has the boundaries of `has` (begin, end) and a `(K, C, C)`
+    /// transition where `dd`, and none overlaps another or one of the problem's arrays
+    /// (`inputs`: name, address, bytes).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn check(
         &self,
         backend: &str,
         shape: Shape,
         dtype: Dtype,
         has: [bool; 2],
+        dd: bool,
         inputs: &[(&'static str, u64, u64)],
     ) -> Result<()> {
         let refuse = |what: String| Error::Unsupported {
@@ -230,11 +280,22 @@ impl<'a> DeviceOutputs<'a> {
                 _ => {}
             }
         }
-        let (b, t, c) = (shape.batch, shape.len, shape.labels);
+        let (b, t, c, k) = (shape.batch, shape.len, shape.labels, shape.max_duration);
         for (name, a) in self.arrays() {
+            let shared = matches!(
+                name,
+                "transition output" | "duration output" | "start output" | "end output"
+            );
             let (n, expected) = match name {
                 "boundary output" => (b * t, format!("(B, T) = ({b}, {t}): {} elements", b * t)),
                 "log_z output" => (b, format!("(B,) = ({b},): {b} elements")),
+                "transition output" if dd => (
+                    k * c * c,
+                    format!("(K, C, C) = ({k}, {c}, {c}): {} elements", k * c * c),
+                ),
+                "transition output" => (c * c, format!("(C, C) = ({c}, {c}): {} elements", c * c)),
+                "duration output" => (k * c, format!("(K, C) = ({k}, {c}): {} elements", k * c)),
+                "start output" | "end output" => (c, format!("(C,) = ({c},): {c} elements")),
                 _ => (
                     b * t * c,
                     format!("(B, T, C) = ({b}, {t}, {c}): {} elements", b * t * c),
@@ -247,7 +308,7 @@ impl<'a> DeviceOutputs<'a> {
                     got: vec![a.len],
                 });
             }
-            if a.dtype != dtype {
+            if a.dtype != dtype && !shared {
                 return Err(refuse(format!(
                     "{name} of {:?} for potentials of {dtype:?} (give them one element type)",
                     a.dtype
@@ -279,7 +340,7 @@ impl<'a> DeviceOutputs<'a> {
     ) -> Result<()> {
         let has = [p.model.has_bb, p.model.has_eb];
         let inputs: Vec<_> = p.extents().collect();
-        self.check(backend, p.shape(), p.dtype(), has, &inputs)?;
+        self.check(backend, p.shape(), p.dtype(), has, p.model.dd, &inputs)?;
         for (name, a) in self.arrays() {
             let view = DeviceArray::at(a.ptr, a.len, a.dtype, a.stream);
             check_address(gpu, backend, p.ordinal, name, view)?;
@@ -314,12 +375,15 @@ impl<'a> DeviceOutputs<'a> {
         }
     }
 
-    /// After the kernels: the `f32` outputs from the engine's buffers, log Z, then every
-    /// output's stream made to wait for the writes, and the host's part of the results.
+    /// After the kernels: the `f32` outputs from the engine's buffers, log Z and the shared
+    /// parameters' gradients, then every output's stream made to wait for the writes, and
+    /// the host's part of the results. Where `wait`, the call's work is done when this
+    /// returns; else it may still run (the engine's buffers are freed in stream order).
     pub(crate) fn finish(
         &self,
         call: &StreamCall<'_>,
         out: BackwardResults<'_>,
+        wait: bool,
     ) -> Result<HostBackward> {
         let gpu = call.gpu;
         let err = |e| call.err(e);
@@ -336,22 +400,29 @@ impl<'a> DeviceOutputs<'a> {
                 }
             }
         }
-        if let Some(dst) = &self.log_z {
-            let cu = gpu.stream.cu_stream();
-            // SAFETY: `dst` holds B elements of its type (checked); from pageable host
-            // memory the copy returns once the values are staged.
-            unsafe {
-                match dst.dtype {
-                    Dtype::F64 => {
-                        cudarc::driver::result::memcpy_htod_async(dst.ptr, &out.log_z, cu)
-                    }
-                    Dtype::F32 => {
-                        let v: Vec<f32> = out.log_z.iter().map(|&x| x as f32).collect();
-                        cudarc::driver::result::memcpy_htod_async(dst.ptr, &v, cu)
+        let small = [
+            (self.log_z.as_ref(), out.log_z.as_slice()),
+            (self.shared[0].as_ref(), slice(&out.transition)),
+            (self.shared[1].as_ref(), slice(&out.duration)),
+            (self.shared[2].as_ref(), slice(&out.start)),
+            (self.shared[3].as_ref(), slice(&out.end)),
+        ];
+        for (dst, v) in small {
+            if let Some(dst) = dst {
+                let cu = gpu.stream.cu_stream();
+                // SAFETY: `dst` holds `v.len()` elements of its type (checked); from pageable
+                // host memory the copy returns once the values are staged.
+                unsafe {
+                    match dst.dtype {
+                        Dtype::F64 => cudarc::driver::result::memcpy_htod_async(dst.ptr, v, cu),
+                        Dtype::F32 => {
+                            let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+                            cudarc::driver::result::memcpy_htod_async(dst.ptr, &v, cu)
+                        }
                     }
                 }
+                .map_err(err)?;
             }
-            .map_err(err)?;
         }
         let mut seen = Vec::new();
         for (_, a) in self.arrays() {
@@ -360,8 +431,11 @@ impl<'a> DeviceOutputs<'a> {
                 join(gpu.stream.cu_stream() as usize, a.stream).map_err(err)?;
             }
         }
-        // The inputs may be written again once the call returns.
-        gpu.stream.synchronize().map_err(err)?;
+        // The inputs may be written again once the call returns: by work on the outputs'
+        // streams (ordered after the call's) without waiting, else only once it is done.
+        if wait {
+            gpu.stream.synchronize().map_err(err)?;
+        }
         Ok(HostBackward {
             log_z: out.log_z,
             transition: out.transition,
@@ -370,6 +444,11 @@ impl<'a> DeviceOutputs<'a> {
             end: out.end,
         })
     }
+}
+
+/// The values of a host result in memory order (the engine's arrays are standard layout).
+fn slice<D: ndarray::Dimension>(a: &ndarray::Array<f64, D>) -> &[f64] {
+    a.as_slice_memory_order().unwrap_or(&[])
 }
 
 /// `narrow_f32` of the engine's result `src` into the caller's `f32` array `dst`.
@@ -428,6 +507,7 @@ mod tests {
             Shape::new(2, 5, 4, 3),
             Dtype::F64,
             has,
+            false,
             &inputs,
         )
     }

@@ -216,6 +216,8 @@ kernels! {
     NarrowF32 = "narrow_f32",
     /// `kernels/kbest.cu`: the k best segmentations.
     KBestFwd = "kbest_fwd",
+    /// The shared parameters' checks when they are on the device.
+    SharedCheck = "shared_check",
 }
 
 /// A pass of the meet kernels.

@@ -2,138 +2,32 @@
 //! whose tensors live on the GPU (a PyTorch tensor's `data_ptr()`, a cudarc buffer), so that
 //! the `(B, T, C)` arrays cross no bus.
 
-use std::marker::PhantomData;
-
-use cudarc::driver::sys::{self, CUpointer_attribute, CUstream};
-use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
-use ndarray::{Array1, Array2, Array3, ArrayD, ArrayView, ArrayViewD, Dimension};
+use cudarc::driver::sys::{self, CUpointer_attribute};
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use ndarray::{ArrayView, Dimension};
 use semicrf_core::range::{self, Largest, Magnitude};
-use semicrf_core::{Backward, Error, Gradients, Potentials, Result, Shape};
+use semicrf_core::{Error, Result, Shape};
 
-use crate::call::{Buf, Model, Source};
+use crate::call::{Model, Source};
 use crate::device::{Gpu, driver, wait_for};
 use crate::kernel::{CheckArgs, DevPtr, Kernel};
-use crate::streaming::BackwardResults;
 
-/// The element type of a [`DeviceArray`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Dtype {
-    /// `f32`: read as it is and widened exactly to `f64` by the kernels.
-    F32,
-    /// `f64`.
-    F64,
-}
+mod array;
+mod backward;
+mod shared;
 
-impl Dtype {
-    /// Bytes per element.
-    pub(crate) fn bytes(self) -> usize {
-        match self {
-            Dtype::F32 => 4,
-            Dtype::F64 => 8,
-        }
-    }
-}
-
-/// A `(B, T, C)` array in device memory (scores or a boundary), row-major and contiguous,
-/// borrowed for `'a`: from a cudarc buffer, or from a raw device address with the stream
-/// whose work writes it (another framework's tensor).
-///
-/// A call on it first makes the engine's stream wait for the work queued so far on that
-/// stream, and returns only when its own work is done, so the array may be written again as
-/// soon as the call returns.
-#[derive(Clone, Copy, Debug)]
-pub struct DeviceArray<'a> {
-    ptr: u64,
-    len: usize,
-    dtype: Dtype,
-    /// The producer's stream (`CUstream` as an integer; 0 is the legacy default stream).
-    stream: usize,
-    _borrow: PhantomData<&'a ()>,
-}
-
-impl<'a> DeviceArray<'a> {
-    /// A cudarc buffer of `f32`.
-    pub fn f32(s: &'a CudaSlice<f32>) -> Self {
-        Self::of(s, Dtype::F32)
-    }
-
-    /// A cudarc buffer of `f64`.
-    pub fn f64(s: &'a CudaSlice<f64>) -> Self {
-        Self::of(s, Dtype::F64)
-    }
-
-    fn of<T: DeviceRepr>(s: &'a CudaSlice<T>, dtype: Dtype) -> Self {
-        let stream = s.stream();
-        let ptr = s.device_ptr(stream).0;
-        DeviceArray {
-            ptr,
-            len: s.len(),
-            dtype,
-            stream: stream.cu_stream() as usize,
-            _borrow: PhantomData,
-        }
-    }
-
-    /// `len` elements of `dtype` at device address `ptr`, written by work queued on `stream`
-    /// (null for the legacy default stream): a PyTorch tensor's `data_ptr()` with
-    /// `torch.cuda.current_stream().cuda_stream`, for example. The address must be in
-    /// memory of the device the engine runs on, in its primary context (where the CUDA
-    /// runtime and PyTorch allocate); a call checks that and that the allocation holds the
-    /// `len` elements.
-    ///
-    /// # Safety
-    ///
-    /// The memory must stay allocated, and must not be written by other work, until every
-    /// call using this array has returned; `stream` must be a live stream of that context.
-    pub unsafe fn from_raw(ptr: u64, len: usize, dtype: Dtype, stream: CUstream) -> Self {
-        DeviceArray {
-            ptr,
-            len,
-            dtype,
-            stream: stream as usize,
-            _borrow: PhantomData,
-        }
-    }
-
-    /// The same description of memory whose use the caller vouches for (an output's, for
-    /// its checks).
-    pub(crate) fn at(ptr: u64, len: usize, dtype: Dtype, stream: usize) -> Self {
-        DeviceArray {
-            ptr,
-            len,
-            dtype,
-            stream,
-            _borrow: PhantomData,
-        }
-    }
-
-    /// The device address.
-    pub fn ptr(&self) -> u64 {
-        self.ptr
-    }
-
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether there are no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The element type.
-    pub fn dtype(&self) -> Dtype {
-        self.dtype
-    }
-}
+pub use array::{DeviceArray, Dtype};
+pub use backward::DeviceBackward;
+use shared::Shared;
 
 /// A problem whose scores and boundaries are in device memory: the position tensors as
-/// [`DeviceArray`]s, the shared parameters (transition, duration, start, end, small) and
-/// the lengths on the host. Built by [`DevicePotentialsBuilder::build`], which checks it
-/// as [`Potentials`] are checked, the device arrays by a kernel; then used by
-/// [`crate::CudaEngine::forward_on_device`], [`crate::CudaEngine::backward_on_device`],
-/// [`crate::CudaEngine::backward_into`] and [`crate::CudaEngine::viterbi_on_device`].
+/// [`DeviceArray`]s, the shared parameters (transition, duration, start, end, small) as
+/// host arrays or [`DeviceArray`]s (read back with the checks' words), the lengths on the
+/// host. Built by [`DevicePotentialsBuilder::build`], which checks it as
+/// [`Potentials`](semicrf_core::Potentials) are checked, the device arrays by a kernel;
+/// then used by [`crate::CudaEngine::forward_on_device`],
+/// [`crate::CudaEngine::backward_on_device`], [`crate::CudaEngine::backward_into`] and
+/// [`crate::CudaEngine::viterbi_on_device`].
 ///
 /// ```no_run
 /// use cudarc::driver::CudaContext;
@@ -180,10 +74,7 @@ impl<'a> DevicePotentials<'a> {
             dims: (batch, len, labels),
             lengths,
             max_duration,
-            transition: None,
-            duration: None,
-            start: None,
-            end: None,
+            shared: Default::default(),
             begin_boundary: None,
             end_boundary: None,
         }
@@ -248,17 +139,16 @@ impl<'a> DevicePotentials<'a> {
     }
 }
 
-/// Builder of [`DevicePotentials`]; the shared parameters are host arrays of `f64`.
+/// Builder of [`DevicePotentials`]; the shared parameters are host arrays of `f64` or
+/// device arrays of `f32` or `f64` (`*_on_device`; a parameter given twice keeps the last).
 #[derive(Clone, Debug)]
 pub struct DevicePotentialsBuilder<'a> {
     scores: DeviceArray<'a>,
     dims: (usize, usize, usize),
     lengths: &'a [usize],
     max_duration: usize,
-    transition: Option<ArrayViewD<'a, f64>>,
-    duration: Option<ArrayViewD<'a, f64>>,
-    start: Option<ArrayViewD<'a, f64>>,
-    end: Option<ArrayViewD<'a, f64>>,
+    /// Transition, duration, start, end.
+    shared: [Option<Shared<'a>>; 4],
     begin_boundary: Option<DeviceArray<'a>>,
     end_boundary: Option<DeviceArray<'a>>,
 }
@@ -266,22 +156,50 @@ pub struct DevicePotentialsBuilder<'a> {
 impl<'a> DevicePotentialsBuilder<'a> {
     /// Transition scores, `(C, C)` or `(K, C, C)`; default 0.
     pub fn transition<D: Dimension>(mut self, t: ArrayView<'a, f64, D>) -> Self {
-        self.transition = Some(t.into_dyn());
+        self.shared[0] = Some(Shared::Host(t.into_dyn()));
         self
     }
     /// Duration scores `(K, C)`; default 0.
     pub fn duration<D: Dimension>(mut self, t: ArrayView<'a, f64, D>) -> Self {
-        self.duration = Some(t.into_dyn());
+        self.shared[1] = Some(Shared::Host(t.into_dyn()));
         self
     }
     /// Score of the first segment's label, `(C)`; default 0.
     pub fn start<D: Dimension>(mut self, t: ArrayView<'a, f64, D>) -> Self {
-        self.start = Some(t.into_dyn());
+        self.shared[2] = Some(Shared::Host(t.into_dyn()));
         self
     }
     /// Score of the last segment's label, `(C)`; default 0.
     pub fn end<D: Dimension>(mut self, t: ArrayView<'a, f64, D>) -> Self {
-        self.end = Some(t.into_dyn());
+        self.shared[3] = Some(Shared::Host(t.into_dyn()));
+        self
+    }
+    /// The transition scores on the device, `f32` or `f64`, of `shape` `[C, C]` or
+    /// `[K, C, C]` (row-major, contiguous). The checks' kernel widens them to `f64` and they
+    /// come to the host in the checks' one read-back, where they are checked as
+    /// [`DevicePotentialsBuilder::transition`]'s are: a call gives the same results, bit for
+    /// bit, as with the same values on the host. Wrong shapes are refused before any device
+    /// work, NaN and `+inf` after the read-back, with the host's errors.
+    pub fn transition_on_device(mut self, a: DeviceArray<'a>, shape: &[usize]) -> Self {
+        self.shared[0] = Some(Shared::Device(a, shape.to_vec()));
+        self
+    }
+    /// The duration scores on the device, of `shape` `[K, C]` (see
+    /// [`DevicePotentialsBuilder::transition_on_device`]).
+    pub fn duration_on_device(mut self, a: DeviceArray<'a>, shape: &[usize]) -> Self {
+        self.shared[1] = Some(Shared::Device(a, shape.to_vec()));
+        self
+    }
+    /// The start scores on the device, of `shape` `[C]` (see
+    /// [`DevicePotentialsBuilder::transition_on_device`]).
+    pub fn start_on_device(mut self, a: DeviceArray<'a>, shape: &[usize]) -> Self {
+        self.shared[2] = Some(Shared::Device(a, shape.to_vec()));
+        self
+    }
+    /// The end scores on the device, of `shape` `[C]` (see
+    /// [`DevicePotentialsBuilder::transition_on_device`]).
+    pub fn end_on_device(mut self, a: DeviceArray<'a>, shape: &[usize]) -> Self {
+        self.shared[3] = Some(Shared::Device(a, shape.to_vec()));
         self
     }
     /// Score of a segment of label `c` starting at `t`, `(B, T, C)` on the device, of the
@@ -324,34 +242,20 @@ impl<'a> DevicePotentialsBuilder<'a> {
                 });
             }
         }
-        // The shared parameters, checked by the core's builder on one position of zeros.
-        let zeros = vec![0.0f64; c];
-        let one = [1usize];
-        let zview = ndarray::ArrayView3::from_shape((1, 1, c), &zeros)
-            .map_err(|e| internal(&backend, e))?;
-        let mut pb = Potentials::builder(zview, &one, self.max_duration);
-        if let Some(v) = self.transition {
-            pb = pb.transition(v);
-        }
-        if let Some(v) = self.duration {
-            pb = pb.duration(v);
-        }
-        if let Some(v) = self.start {
-            pb = pb.start(v);
-        }
-        if let Some(v) = self.end {
-            pb = pb.end(v);
-        }
-        let params = pb.build()?;
+        // The shared parameters, checked by the core's builder on one position of zeros
+        // (those on the device: their shapes now, their values after the read-back).
         let shape = Shape::new(b, t, self.max_duration, c);
-        let model = Model::with(
-            &params,
-            shape,
-            self.lengths.to_vec(),
-            self.begin_boundary.is_some(),
-            self.end_boundary.is_some(),
-        );
-        let shared = range::shared_bound(&params);
+        let (has_bb, has_eb) = (self.begin_boundary.is_some(), self.end_boundary.is_some());
+        let (model, shared) = shared::with_params(
+            &self.shared,
+            None,
+            (c, self.max_duration),
+            &backend,
+            |params| {
+                let m = Model::with(params, shape, self.lengths.to_vec(), has_bb, has_eb);
+                (m, range::shared_bound(params))
+            },
+        )?;
         let mut p = DevicePotentials {
             model,
             scores: self.scores,
@@ -381,16 +285,26 @@ impl<'a> DevicePotentialsBuilder<'a> {
             }
             check_address(&gpu, &backend, ordinal, name, a)?;
         }
-        p.magnitudes = check_values(&gpu, &backend, &p, &shared)?;
+        let device: Vec<(usize, DeviceArray<'_>)> = shared::on_device(&self.shared).collect();
+        for &(i, a) in &device {
+            check_address(&gpu, &backend, ordinal, shared::NAMES[i], a)?;
+        }
+        let words = check_values(&gpu, &backend, &p, &shared, &self.shared)?;
+        let shared = if device.is_empty() {
+            shared
+        } else {
+            // The parameters' values and bounds follow the checks' words.
+            let at = b + p.arrays().count() * b * OUT;
+            let (values, bounds) = shared::parse(&self.shared, &words[at..]);
+            let (model, shared) =
+                shared::model_of(&self.shared, Some(&values), &p.model, &backend)?;
+            shared::same_bounds(&backend, &bounds, &shared, &model.lengths)?;
+            p.model = model;
+            shared
+        };
+        p.magnitudes = magnitudes(&gpu, &backend, &p, &words, &shared)?;
         range::check_finite_results(&p.magnitudes, &p.model.lengths)?;
         Ok(p)
-    }
-}
-
-fn internal(backend: &str, e: impl std::fmt::Display) -> Error {
-    Error::Device {
-        backend: backend.into(),
-        message: e.to_string(),
     }
 }
 
@@ -459,16 +373,21 @@ pub(crate) fn check_address(
 /// Words per sequence and array that the kernel writes.
 const OUT: usize = 6;
 
-/// NaN and `+inf` ([`Error::NonFinite`]) and each sequence's magnitude bound, computed on
-/// the device as the host computes them for [`Potentials`].
+/// The checks' words, computed on the device and read back in one copy: each sequence's
+/// bound, then per array the words of `check_input` (NaN and `+inf`, and what the magnitude
+/// bound needs, as the host computes them for [`Potentials`](semicrf_core::Potentials));
+/// where shared parameters are on the device (`slots`), their values and the bounds they
+/// give (`shared_check`) after them, and the bounds start from those instead of `shared`'s.
 fn check_values(
     gpu: &Gpu,
     backend: &str,
     p: &DevicePotentials<'_>,
     shared: &range::SharedBound,
-) -> Result<Vec<Magnitude>> {
+    slots: &[Option<Shared<'_>>; 4],
+) -> Result<Vec<f64>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    p.wait_for_producers(gpu, backend)?;
+    let params = shared::on_device(slots).map(|(_, a)| a.stream);
+    wait_for(gpu, backend, p.streams().chain(params))?;
     let sh = p.shape();
     let (b, t, c) = (sh.batch, sh.len, sh.labels);
     let err = |e| driver(backend, e);
@@ -476,9 +395,17 @@ fn check_values(
     let lens: Vec<i64> = p.model.lengths.iter().map(|&l| l as i64).collect();
     // Bounds first, then OUT words per sequence and array.
     let mut words: Vec<f64> = p.model.lengths.iter().map(|&l| shared.start(l)).collect();
-    words.resize(b + arrays.len() * b * OUT, 0.0);
+    let checks = b + arrays.len() * b * OUT;
+    let extra: usize = shared::on_device(slots).map(|(_, a)| a.len).sum();
+    let has_device = shared::on_device(slots).next().is_some();
+    words.resize(checks + if has_device { extra + b } else { 0 }, 0.0);
     let out = gpu.upload(&words).map_err(err)?;
     let len = gpu.upload(&lens).map_err(err)?;
+    if has_device {
+        let base = gpu.ptr(&out);
+        let at = (gpu.ptr(&len), b);
+        shared::launch(gpu, backend, slots, at, base, base.words(checks))?;
+    }
     let rowmax = gpu.uninit::<f64>(b * t).map_err(err)?;
     let rowarg = gpu.uninit::<i32>(b * t).map_err(err)?;
     let rowbad = gpu.uninit::<i32>(b * t).map_err(err)?;
@@ -506,15 +433,28 @@ fn check_values(
         };
         let mut l = gpu.stream.launch_builder(f);
         l.arg(&args);
-        // SAFETY: `args` is `struct CArgs` (its layout asserted at compile time); `x` holds B·T·C elements of its type
-        // (checked above), the scratch B·T each, `out` B + 3·B·OUT words; one block per
-        // sequence.
+        // SAFETY: `args` is `struct CArgs` (its layout asserted at compile time); `x` holds
+        // B·T·C elements of its type (checked above), the scratch B·T each, `out` at least
+        // B + 3·B·OUT words; one block per sequence.
         unsafe { l.launch(cfg) }.map_err(err)?;
     }
     gpu.mark();
-    let words = gpu.stream.clone_dtoh(&out).map_err(err)?;
+    gpu.stream.clone_dtoh(&out).map_err(err)
+}
+
+/// Each sequence's magnitude bound from the checks' words, or the first NaN or `+inf` of the
+/// position tensors ([`Error::NonFinite`]).
+fn magnitudes(
+    gpu: &Gpu,
+    backend: &str,
+    p: &DevicePotentials<'_>,
+    words: &[f64],
+    shared: &range::SharedBound,
+) -> Result<Vec<Magnitude>> {
+    let (b, t, c) = (p.shape().batch, p.shape().len, p.shape().labels);
+    let arrays: Vec<(&'static str, DeviceArray<'_>)> = p.arrays().collect();
     let names: Vec<&'static str> = arrays.iter().map(|(n, _)| *n).collect();
-    match assemble(&words, b, &names, shared) {
+    match assemble(words, b, &names, shared) {
         Checked::Bounds(m) => Ok(m),
         Checked::Bad(i, index) => {
             let value = read_one(
@@ -600,92 +540,6 @@ fn read_one(gpu: &Gpu, backend: &str, a: DeviceArray<'_>, i: usize) -> Result<f6
                 Ok(v[0])
             }
         }
-    }
-}
-
-/// A backward pass on potentials in device memory: the `(B, T, C)` and `(B, T)` results
-/// stay on the device (`f64`, row-major; their addresses through cudarc's
-/// [`DevicePtr`](cudarc::driver::DevicePtr)), the shared parameters' gradients (summed over
-/// the batch, weighted by the upstream gradient) are on the host.
-#[derive(Debug)]
-pub struct DeviceBackward {
-    /// log Z per sequence.
-    pub log_z: Vec<f64>,
-    /// Gradient of the scores, `(B, T, C)`.
-    pub scores: CudaSlice<f64>,
-    /// Gradient of the begin boundary, `(B, T, C)`, where one was given.
-    pub begin_boundary: Option<CudaSlice<f64>>,
-    /// Gradient of the end boundary, `(B, T, C)`, where one was given.
-    pub end_boundary: Option<CudaSlice<f64>>,
-    /// Probability that a segment starts at each position, `(B, T)` (not weighted).
-    pub boundary_marginals: CudaSlice<f64>,
-    /// Gradient of the transition, `(C, C)` or `(K, C, C)`.
-    pub transition: ArrayD<f64>,
-    /// Gradient of the duration scores, `(K, C)`.
-    pub duration: Array2<f64>,
-    /// Gradient of the start scores, `(C)`.
-    pub start: Array1<f64>,
-    /// Gradient of the end scores, `(C)`.
-    pub end: Array1<f64>,
-    pub(crate) shape: Shape,
-}
-
-impl DeviceBackward {
-    /// The results of a call that wrote its own buffers.
-    pub(crate) fn new(o: BackwardResults, shape: Shape, backend: &str) -> Result<Self> {
-        let own = |b: Buf| b.into_own(backend);
-        Ok(DeviceBackward {
-            log_z: o.log_z,
-            scores: own(o.gsc)?,
-            begin_boundary: o.gbb.map(own).transpose()?,
-            end_boundary: o.geb.map(own).transpose()?,
-            boundary_marginals: own(o.bmarg)?,
-            transition: o.transition,
-            duration: o.duration,
-            start: o.start,
-            end: o.end,
-            shape,
-        })
-    }
-
-    /// Everything on the host, as [`semicrf_core::Engine::backward`] returns it.
-    pub fn to_host(&self) -> Result<Backward> {
-        let sh = self.shape;
-        let (b, t, c) = (sh.batch, sh.len, sh.labels);
-        let bad = |e: String| Error::Device {
-            backend: "cuda/streaming".into(),
-            message: e,
-        };
-        let read = |s: &CudaSlice<f64>, n: usize| -> Result<Vec<f64>> {
-            let mut v = s
-                .stream()
-                .clone_dtoh(s)
-                .map_err(|e| bad(format!("{e:?}")))?;
-            v.truncate(n);
-            Ok(v)
-        };
-        let to3 = |s: &CudaSlice<f64>| {
-            Array3::from_shape_vec((b, t, c), read(s, b * t * c)?).map_err(|e| bad(e.to_string()))
-        };
-        let opt3 = |s: &Option<CudaSlice<f64>>| s.as_ref().map(to3).transpose();
-        Ok(Backward {
-            log_z: self.log_z.clone(),
-            grad: Gradients {
-                scores: Some(to3(&self.scores)?),
-                transition: Some(self.transition.clone()),
-                duration: Some(self.duration.clone()),
-                start: Some(self.start.clone()),
-                end: Some(self.end.clone()),
-                begin_boundary: opt3(&self.begin_boundary)?,
-                end_boundary: opt3(&self.end_boundary)?,
-                edges: None,
-            },
-            boundary_marginals: Array2::from_shape_vec(
-                (b, t),
-                read(&self.boundary_marginals, b * t)?,
-            )
-            .map_err(|e| bad(e.to_string()))?,
-        })
     }
 }
 
