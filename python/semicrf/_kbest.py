@@ -55,7 +55,9 @@ def kbest(
     Ties (exactly equal scores) compare the segments from the last one backwards: the
     smaller label, then the smaller duration; so the first of each list is the `viterbi`
     decoding. Runs on the CPU engines (exact, scan, streaming), which hold up to
-    `(L + 1)·C·k` entries of 16 bytes per sequence; `device="cuda"` raises ValueError.
+    `(L + 1)·C·k` entries of 16 bytes per sequence, and with `device="cuda"` on the CUDA
+    streaming engine (`k` up to 1024; `16·T·C·k` bytes per sequence on the device), whose
+    lists are the CPU engines', scores and ties included.
 
     >>> import numpy as np, semicrf
     >>> scores = np.array([[[1.0, 0.0], [0.0, 2.0]]])

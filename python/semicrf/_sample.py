@@ -62,8 +62,9 @@ def sample(
 
     Reproducible: the same `seed` gives the same samples on any number of threads (sample `i`
     of sequence `b` has its own generator, keyed by `(seed, b, i)`). The CPU engines sample,
-    and so does `device="cuda"` (forward values on the GPU, draws on the host); a sequence
-    without a finite segmentation raises ValueError.
+    and so does `device="cuda"` (the CUDA streaming engine: the same samples as the CPU
+    streaming engine's for the same seed, except where rounding decides between two choices);
+    a sequence without a finite segmentation raises ValueError.
 
     >>> import numpy as np, semicrf
     >>> s = semicrf.sample(np.zeros((1, 3, 2)), [3], 3, n=2, seed=1)
@@ -195,9 +196,11 @@ def torch_sample(
     `(start, duration, label)`, -1 past `counts (B, n)`). With `partial_labels` `(B, T)`,
     from the posterior restricted to the agreeing segmentations. Not differentiable.
 
-    Runs on the CPU engines (CUDA tensors are copied to the host for it). The same `seed`
-    gives the same samples on any number of threads. ValueError for a sequence without a
-    finite segmentation.
+    CUDA tensors (structured input) run on the tensors' GPU, the CUDA streaming engine (the
+    inputs pass through the host; the samples are those of the CPU streaming engine for the
+    same seed, except where rounding decides between two choices); CPU tensors and edge input
+    on the CPU engines. The same `seed` gives the same samples on any number of threads.
+    ValueError for a sequence without a finite segmentation.
 
     >>> import torch, semicrf.torch as st
     >>> s = st.sample(torch.zeros(2, 5, 3), torch.tensor([5, 3]), 2, n=4, seed=0)
@@ -224,6 +227,8 @@ def torch_sample(
     main = scores if scores is not None else edges
     host = {name: (None if t is None else t.detach().cpu()) for name, t in inputs.items()}
     kw = Call(host, lengths.cpu(), k, backend, memory_budget).host_kwargs()
+    if main.is_cuda and edges is None:
+        kw["device"] = f"cuda:{main.device.index or 0}"
     if partial_labels is not None:
         kw["partial_labels"] = labels_list(torch.as_tensor(partial_labels).cpu().numpy())
     with torch.no_grad():

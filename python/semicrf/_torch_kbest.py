@@ -53,8 +53,9 @@ def kbest(
 
     Ties (exactly equal scores) compare the segments from the last one backwards, the
     smaller label, then the smaller duration, so the first of each list is `viterbi`'s.
-    k best runs on the CPU engines: CUDA tensors are copied to the host for it, and the
-    results come back to their device.
+    CUDA tensors (structured input) run on the tensors' GPU, the CUDA streaming engine
+    (`k` up to 1024; the inputs pass through the host, as the lists come back through it);
+    CPU tensors and edge input on the CPU engines. The lists are the same on every engine.
     """
     inputs, lengths, kk = _problem(
         scores,
@@ -71,7 +72,10 @@ def kbest(
     device = (scores if scores is not None else edges).device
     host = {n: (t.detach().cpu() if t is not None else None) for n, t in inputs.items()}
     call = Call(host, lengths, kk, backend, memory_budget)
-    s, seg, lens, counts = _native.kbest(k=k, **call.host_kwargs())
+    kw = call.host_kwargs()
+    if device.type == "cuda" and edges is None:
+        kw["device"] = f"cuda:{device.index or 0}"
+    s, seg, lens, counts = _native.kbest(k=k, **kw)
     return KBest(
         torch.from_numpy(np.asarray(s)).to(device, call.dtype),
         torch.from_numpy(np.asarray(seg)).to(device),

@@ -247,3 +247,35 @@ def test_torch_posterior_decode_on_cuda_equals_the_cpu():
         assert expected(pos, segs) == pytest.approx(best, abs=1e-9)
     best = st.kbest(lengths=p["lengths"], max_duration=3, k=2, **tensors)
     assert best.scores.device.type == "cuda"
+
+
+@pytest.mark.parametrize("tk", [False, True])
+def test_kbest_on_cuda_equals_brute_force_and_the_cpu_engines(tk):
+    torch = pytest.importorskip("torch")
+    import semicrf.torch as st
+
+    ok, why = semicrf.cuda_available()
+    if not ok or not torch.cuda.is_available():
+        pytest.skip(f"no CUDA: {why}")
+    rng = np.random.default_rng(5)
+    p = problem(rng, integers=True, tk=tk)  # exact ties, ordered by the rule
+    for k in (1, 2, 7, 500):
+        got = semicrf.kbest(**p, k=k, device="cuda")
+        want = semicrf.kbest(**p, k=k, backend="streaming")
+        np.testing.assert_array_equal(got.scores, want.scores)
+        np.testing.assert_array_equal(got.segments, want.segments)
+        np.testing.assert_array_equal(got.counts, want.counts)
+        for b in range(2):
+            every = sorted(
+                (x for y in tilings(p["lengths"][b], 3, 2) if (x := score(p, b, y)) > NEG),
+                reverse=True,
+            )
+            n = int(got.counts[b])
+            assert n == min(k, len(every))
+            np.testing.assert_allclose(got.scores[b, :n], every[:n], rtol=0, atol=1e-9)
+    tensors = {n: torch.from_numpy(v).cuda() for n, v in p.items() if isinstance(v, np.ndarray)}
+    best = st.kbest(lengths=p["lengths"], max_duration=3, k=7, **tensors)
+    want = semicrf.kbest(**p, k=7)
+    assert best.scores.device.type == "cuda"
+    np.testing.assert_array_equal(best.scores.cpu().numpy(), want.scores)
+    np.testing.assert_array_equal(best.segments.cpu().numpy(), want.segments)
