@@ -2,7 +2,8 @@
 //! negative log-likelihood minimised with Adam over minibatches of genes, the gradients of
 //! every gene computed by semicrf's streaming engine: on the CPU the genes of a minibatch
 //! spread over the threads longest first; on a CUDA device the whole minibatch as one padded
-//! problem in one call ([`batched`]), its genes of similar lengths ([`TrainConfig::by_length`]).
+//! problem in one call (module `batched`), its genes of similar lengths
+//! ([`TrainConfig::by_length`]).
 
 use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::{Array2, s};
@@ -20,7 +21,8 @@ use crate::model::{Model, Prepared, engine, gold_segments, why_impossible};
 mod batched;
 
 /// The memory budget of one CUDA call of training (a minibatch's padded problem); a
-/// minibatch that needs more is split ([`batched`]).
+/// minibatch that needs more is split in two, its longer genes in one half, until each part
+/// fits.
 pub const CUDA_MEMORY_BUDGET: u64 = 24 << 30;
 
 /// Training settings.
