@@ -58,6 +58,9 @@ enum Command {
         /// Seed of the held-out choice.
         #[arg(long, default_value_t = 28)]
         split_seed: u64,
+        /// Decode the held-out genes by posterior decoding instead of Viterbi.
+        #[arg(long)]
+        posterior: bool,
         #[command(flatten)]
         train: TrainArgs,
     },
@@ -83,6 +86,10 @@ enum Command {
         /// (memory `O(T·C)`): the reference path, for comparison.
         #[arg(long)]
         materialised: bool,
+        /// Posterior decoding (the segmentation with the most positions expected right)
+        /// instead of Viterbi; from the whole potentials (memory `O(T·C)`).
+        #[arg(long)]
+        posterior: bool,
     },
     /// Score predictions (GFF3) against annotated genes (GenBank).
     Eval {
@@ -115,9 +122,14 @@ struct TrainArgs {
     /// Start from zero weights instead of the generative estimates of the training genes.
     #[arg(long)]
     zero_start: bool,
-    /// Where the engine runs: `cpu`, or `cuda` / `cuda:N` (a build with `--features cuda`).
+    /// Where the engine runs: `cpu`, or `cuda` / `cuda:N` (a build with `--features cuda`):
+    /// there each minibatch is one call, its genes of similar lengths (`--by-length`).
     #[arg(long, default_value = "cpu", value_parser = parse_device)]
     device: Device,
+    /// Minibatches of genes of similar lengths, in a random order (always on with
+    /// `--device cuda`; on the CPU it gives the CUDA training's minibatches).
+    #[arg(long)]
+    by_length: bool,
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
@@ -160,6 +172,7 @@ impl TrainArgs {
             progress: !self.quiet,
             device: self.device,
             initialise: !self.zero_start,
+            by_length: self.by_length || self.device != Device::Cpu,
             ..TrainConfig::default()
         })
     }
@@ -213,6 +226,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             pictures: pics,
             hold_out,
             split_seed,
+            posterior,
             train: t,
         } => {
             let cfg = t.config()?;
@@ -233,6 +247,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             if !held.is_empty() {
                 let pcfg = PredictConfig {
                     progress: false,
+                    posterior,
                     ..PredictConfig::default()
                 };
                 let predicted = predict::predict(&m, &held, &pcfg)?;
@@ -248,6 +263,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             quiet,
             device,
             materialised,
+            posterior,
         } => {
             let m = match model {
                 Some(path) => modelfile::load(&path)?,
@@ -259,6 +275,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 progress: !quiet,
                 device,
                 materialised,
+                posterior,
                 ..PredictConfig::default()
             };
             let predicted = predict::predict(&m, &records, &cfg)?;

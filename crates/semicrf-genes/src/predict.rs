@@ -22,6 +22,10 @@ pub struct PredictConfig {
     /// kept (`O(T·C)` memory), instead of from a source: the reference that the streamed
     /// path is compared with (the same genes).
     pub materialised: bool,
+    /// Posterior decoding ([`SemiCrf::posterior_decode`]: the segmentation with the most
+    /// positions expected to be labelled right) instead of the Viterbi segmentation; from
+    /// the whole potentials, like [`PredictConfig::materialised`].
+    pub posterior: bool,
 }
 
 impl Default for PredictConfig {
@@ -31,6 +35,7 @@ impl Default for PredictConfig {
             memory_budget: 64 << 30,
             device: Device::Cpu,
             materialised: false,
+            posterior: false,
         }
     }
 }
@@ -78,7 +83,11 @@ fn decode(
         )));
     }
     let crf = engine(cfg, parallel);
-    let best = if cfg.materialised {
+    let best = if cfg.posterior {
+        let arrays = model.potentials::<f64>(&Prepared::lean(seq));
+        let problem: Problem<f64> = arrays.view()?.into();
+        crf.posterior_decode(&problem)?
+    } else if cfg.materialised {
         let arrays = model.potentials::<f32>(&Prepared::lean(seq));
         let problem: Problem<f32> = arrays.view()?.into();
         crf.viterbi(&problem)?

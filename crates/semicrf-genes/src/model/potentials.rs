@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 
-use ndarray::{Array1, Array2, Array3, ArrayView2};
+use ndarray::{Array1, Array2, Array3, ArrayView2, ArrayViewMut2, Axis};
 use semicrf::Scalar;
 
 use crate::data::Strand;
@@ -249,15 +249,15 @@ impl Model {
     /// The potentials of a prepared sequence.
     pub fn potentials<F: Scalar>(&self, p: &Prepared) -> Potentials<F> {
         let t_len = p.len();
-        let lift = F::from_f64_lossy;
         let mut scores = Array3::<F>::zeros((1, t_len, C));
-        self.for_scores(p, 0..t_len, |t, c, v| scores[[0, t, c]] = lift(v));
         let mut bb = Array3::<F>::zeros((1, t_len, C));
         let mut eb = Array3::<F>::zeros((1, t_len, C));
-        self.for_boundaries(p, 0..t_len, |t, c, b, e, s| {
-            bb[[0, t, c]] = lift(self.signal_or_neg(p, s, b));
-            eb[[0, t, c]] = lift(self.signal_or_neg(p, s, e));
-        });
+        self.fill_rows(
+            p,
+            scores.index_axis_mut(Axis(0), 0),
+            bb.index_axis_mut(Axis(0), 0),
+            eb.index_axis_mut(Axis(0), 0),
+        );
         let Shared {
             transition,
             duration,
@@ -274,6 +274,25 @@ impl Model {
             end,
             lengths: [t_len],
         }
+    }
+
+    /// Writes the content scores and the begin and end boundaries of a prepared sequence
+    /// into the first `T` rows of `(T', C)` arrays (`T' ≥ T`; rows past `T` are left as
+    /// they are): one sequence of a padded batch, or [`Model::potentials`]'s only one.
+    pub fn fill_rows<F: Scalar>(
+        &self,
+        p: &Prepared,
+        mut scores: ArrayViewMut2<'_, F>,
+        mut begin: ArrayViewMut2<'_, F>,
+        mut end: ArrayViewMut2<'_, F>,
+    ) {
+        let t_len = p.len();
+        let lift = F::from_f64_lossy;
+        self.for_scores(p, 0..t_len, |t, c, v| scores[[t, c]] = lift(v));
+        self.for_boundaries(p, 0..t_len, |t, c, b, e, s| {
+            begin[[t, c]] = lift(self.signal_or_neg(p, s, b));
+            end[[t, c]] = lift(self.signal_or_neg(p, s, e));
+        });
     }
 
     /// Adds to `out` the gradient of a loss with respect to the weights, given its gradient
