@@ -5,10 +5,10 @@
 
 pub(crate) mod args;
 
-pub(crate) use args::{CheckArgs, DevPtr, EdgeArgs, MeetArgs, StreamArgs};
+pub(crate) use args::{CheckArgs, DevPtr, EdgeArgs, MeetArgs, SampleArgs, StreamArgs};
 
 /// The kernel sources by file name, as the `#include`s name them.
-pub(crate) const SOURCES: [(&str, &str); 10] = [
+pub(crate) const SOURCES: [(&str, &str); 11] = [
     ("semiring.cuh", include_str!("../../kernels/semiring.cuh")),
     ("window.cuh", include_str!("../../kernels/window.cuh")),
     ("streaming.cu", include_str!("../../kernels/streaming.cu")),
@@ -27,6 +27,7 @@ pub(crate) const SOURCES: [(&str, &str); 10] = [
     ),
     ("meet.cu", include_str!("../../kernels/meet.cu")),
     ("io.cu", include_str!("../../kernels/io.cu")),
+    ("sample.cu", include_str!("../../kernels/sample.cu")),
     ("module.cu", include_str!("../../kernels/module.cu")),
 ];
 
@@ -213,6 +214,8 @@ kernels! {
     MeetSum = "meet_sum",
     /// `f64` results into a caller's `f32` buffer.
     NarrowF32 = "narrow_f32",
+    /// `kernels/sample.cu`: backward sampling from saved forward values.
+    SampleDraw = "sample_draw",
 }
 
 /// A pass of the meet kernels.
