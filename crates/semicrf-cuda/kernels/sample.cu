@@ -31,10 +31,15 @@ struct SArgs {
     const double* alpha;  // (B, T+1, C) saved α_t
     const double* u;      // (B, T+1, C) saved u_s (static transition), or null
     double* work;         // (B·N, W) one row of W = max(K, C) weights per warp
-    int* seg;             // (B·N, T, 2) the segments of each sample, last first: (d, label)
-    int* cnt;             // (B·N) segments of each sample; -1: no finite item where one
-                          // was due (inconsistent rows), -2: the sequence is infeasible
-                          // (sample I0 + i of sequence b at b·N + i)
+    int* seg;             // (B·N, T) the segments of each sample as it draws them, last
+                          // first, each `label·K + d - 1`
+    int* cnt;             // (2·B·N + 1): [g] the segments of sample g (sample I0 + i of
+                          // sequence b at g = b·N + i; -1: no finite item where one was due,
+                          // inconsistent rows; -2: the sequence is infeasible), [B·N + g]
+                          // where they start in `out`, [2·B·N] the words of `out` taken (zero
+                          // at launch)
+    int* out;             // (B·N·T) the finished samples' segments, packed in the order
+                          // the samples finish (`cnt` says where each is)
     i64 B, T, K, C;
     i64 N;                // samples per sequence in this launch
     i64 I0;               // the index of the first (samples I0 .. I0 + N - 1)
@@ -166,7 +171,7 @@ __device__ void sample_walk(const SArgs& a) {
     const i64 C = a.C, K = a.K, T = a.T;
     const i64 W = K > C ? K : C;
     double* w = a.work + g * W;
-    int* seg = a.seg + g * T * 2;
+    int* seg = a.seg + g * T;
     const double* al = a.alpha + (i64)b * (T + 1) * C;
     const double* us = a.u ? a.u + (i64)b * (T + 1) * C : nullptr;
     const i64 L = a.len[b];
@@ -208,10 +213,7 @@ __device__ void sample_walk(const SArgs& a) {
             return;
         }
         const i64 d = x + 1, s = t - d;
-        if (ln == 0) {
-            seg[2 * k] = (int)d;
-            seg[2 * k + 1] = j;
-        }
+        if (ln == 0) seg[k] = j * (int)K + (int)(d - 1);
         ++k;
         t = s;
         if (s == 0) break;
@@ -224,7 +226,17 @@ __device__ void sample_walk(const SArgs& a) {
             return;
         }
     }
-    if (ln == 0) a.cnt[g] = k;
+    // Packed into `out` at a place taken atomically: only where each sample lands depends on
+    // the order the warps finish in, never what it holds.
+    int at = 0;
+    if (ln == 0) at = atomicAdd(a.cnt + 2 * a.B * a.N, k);
+    at = __shfl_sync(0xffffffffu, at, 0);
+    __syncwarp();
+    for (int x = ln; x < k; x += 32) a.out[at + x] = seg[x];
+    if (ln == 0) {
+        a.cnt[g] = k;
+        a.cnt[a.B * a.N + g] = at;
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(1024) sample_draw(SArgs a) { sample_walk(a); }

@@ -166,13 +166,14 @@
 //! warp per (sequence, sample), walking it down from the end as the core's one sampler
 //! ([`sample_sequence`](semicrf_core::sample::sample_sequence)) does, with the host's
 //! generators ([`sample_rng`](semicrf_core::sample::sample_rng)) and each segment's weight
-//! computed as the CPU streaming engine computes it. Only the samples come back. Memory:
-//! `16·(T+1)·C` bytes per sequence (`8·(T+1)·C` for a `(K, C, C)` transition) of rows and
-//! `8·max(K, C) + 8·T + 4` bytes per sample (at most 128 MiB a launch) on the device, besides
-//! the inputs; never a `(T, K, C)` table. The same seed gives the same samples, and the CPU
-//! streaming engine's except where rounding decides between two choices (the device's `α`,
-//! `exp` and `log` differ from the CPU's in the last bits). Structured potentials from the host only
-//! (not [`DevicePotentials`], nor a potentials source).
+//! computed as the CPU streaming engine computes it. Only the samples come back (4 bytes a
+//! segment, packed on the device). Memory: `16·(T+1)·C` bytes per sequence (`8·(T+1)·C` for a
+//! `(K, C, C)` transition) of rows and `8·max(K, C) + 8·T + 8` bytes per sample (at most
+//! 128 MiB a launch) on the device, besides the inputs; never a `(T, K, C)` table. The same
+//! seed gives the same samples, and the CPU streaming engine's except where rounding decides
+//! between two choices (the device's `α`, `exp` and `log` differ from the CPU's in the last
+//! bits). Structured potentials from the host only (not [`DevicePotentials`], nor a
+//! potentials source).
 //!
 //! # Settings
 //!

@@ -250,6 +250,7 @@ argument_block! {
         work: DevPtr,
         seg: DevPtr,
         cnt: DevPtr,
+        out: DevPtr,
         b as "B": i64,
         t as "T": i64,
         k as "K": i64,

@@ -10,14 +10,14 @@ use crate::kernel::{DevPtr, Kernel, SampleArgs};
 /// Warps a block of `sample_draw`.
 const WARPS: usize = 4;
 
-/// The most bytes of the kernel's own buffers (weights, segments and counts) one launch
-/// takes: more samples are drawn in several launches.
+/// The most bytes of the kernel's own buffers (weights, segments, counts and the packed
+/// segments) one launch takes: more samples are drawn in several launches.
 const BUDGET: usize = 128 << 20;
 
-/// Device bytes of one sample's buffers: a row of `max(K, C)` weights, `2·T` segment words
-/// and its count.
+/// Device bytes of one sample's buffers: a row of `max(K, C)` weights, `T` segment words as
+/// it draws them and `T` packed (at most), its count and offset.
 pub(crate) fn bytes_per_sample(t: usize, k: usize, c: usize) -> usize {
-    8 * k.max(c) + 8 * t + 4
+    8 * k.max(c) + 8 * t + 8
 }
 
 /// Samples `i0 .. i0 + n` of every sequence per launch, so that a launch's buffers stay
@@ -44,8 +44,9 @@ pub(crate) fn draw_on_device(
     }
     let per = chunk(bn, t, k, c).min(n);
     let work = call.zeros::<f64>(bn * per * k.max(c))?;
-    let seg = call.zeros::<i32>(bn * per * t * 2)?;
-    let cnt = call.zeros::<i32>(bn * per)?;
+    let seg = call.zeros::<i32>(bn * per * t)?;
+    let packed = call.zeros::<i32>(bn * per * t)?;
+    let mut cnt = call.zeros::<i32>(2 * bn * per + 1)?;
     call.gpu.mark();
     let mut args = SampleArgs {
         sc: call.sc,
@@ -60,7 +61,8 @@ pub(crate) fn draw_on_device(
         u: u.map_or(DevPtr::NULL, |u| call.ptr(u)),
         work: call.ptr(&work),
         seg: call.ptr(&seg),
-        cnt: call.ptr(&cnt),
+        cnt: DevPtr::NULL,
+        out: call.ptr(&packed),
         b: bn as i64,
         t: t as i64,
         k: k as i64,
@@ -73,6 +75,11 @@ pub(crate) fn draw_on_device(
     };
     for i0 in (0..n).step_by(per) {
         let m = per.min(n - i0);
+        if i0 > 0 {
+            // A fresh count of the packed words taken (the last word).
+            cnt = call.zeros::<i32>(2 * bn * per + 1)?;
+        }
+        args.cnt = call.ptr(&cnt);
         args.n = m as i64;
         args.i0 = i0 as i64;
         let cfg = LaunchConfig {
@@ -87,38 +94,45 @@ pub(crate) fn draw_on_device(
         l.arg(&args);
         // SAFETY: `args` matches the kernel's `struct SArgs`; the inputs are the call's
         // (sized for its shape), `alpha` and `u` hold `(B, T+1, C)` values, `work`, `seg`
-        // and `cnt` the rows of `B·m <= B·per` samples; one warp per (sequence, sample), the
-        // warps beyond `B·m` return at once.
+        // and `packed` the rows of `B·m <= B·per` samples and `cnt` their counts and offsets
+        // (`2·B·m + 1` words, the last zero); one warp per (sequence, sample), the warps
+        // beyond `B·m` return at once.
         unsafe { l.launch(cfg) }.map_err(|e| call.err(e))?;
-        let counts = call.back(&cnt.slice(..bn * m))?;
-        let segs = call.back_all_of(&seg.slice(..bn * m * t * 2))?;
-        collect(call.backend, &counts, &segs, t, i0, &mut out)?;
+        let counts = call.back(&cnt.slice(..2 * bn * m + 1))?;
+        let taken = usize::try_from(counts[2 * bn * m]).unwrap_or(0);
+        let words = call.back_all_of(&packed.slice(..taken))?;
+        collect(call.backend, &counts[..2 * bn * m], &words, k, i0, &mut out)?;
     }
     Ok(out)
 }
 
-/// Appends the samples `i0 .. i0 + m` of every sequence that one launch drew (`counts`:
-/// `B·m` counts, `segs`: their `T·2` segment words each, as `sample_draw` writes them) to
-/// `out` (one list per sequence).
+/// Appends the samples `i0 .. i0 + m` of every sequence that one launch drew to `out` (one
+/// list per sequence): `counts` holds their `B·m` segment counts then their offsets in
+/// `words`, the packed segments (last first, each `label·K + d - 1`), as `sample_draw`
+/// writes them.
 pub(crate) fn collect(
     backend: &str,
     counts: &[i32],
-    segs: &[i32],
-    t: usize,
+    words: &[i32],
+    k: usize,
     i0: usize,
     out: &mut Samples,
 ) -> Result<()> {
-    let m = counts.len() / out.len().max(1);
-    for (g, &count) in counts.iter().enumerate() {
+    let bm = counts.len() / 2;
+    let m = bm / out.len().max(1);
+    for g in 0..bm {
         let (b, i) = (g / m, i0 + g % m);
-        let walk = usize::try_from(count).map_err(|_| broken(backend, b, i, count))?;
-        let last_first = &segs[g * t * 2..][..2 * walk];
+        let bad = || broken(backend, b, i, counts[g]);
+        let walk = usize::try_from(counts[g]).map_err(|_| bad())?;
+        let at = usize::try_from(counts[bm + g]).map_err(|_| bad())?;
+        let last_first = words.get(at..at + walk).ok_or_else(bad)?;
         let mut s = 0;
         let sample = last_first
-            .chunks_exact(2)
+            .iter()
             .rev()
-            .map(|x| {
-                let (d, j) = (x[0] as usize, x[1] as usize);
+            .map(|&x| {
+                let x = x as usize;
+                let (d, j) = (x % k + 1, x / k);
                 s += d;
                 Segment::new(s - d, d, j)
             })

@@ -2,7 +2,8 @@
 //! log-domain forward kernel of `kernels/streaming.cu` in its mode that saves `α_t` (and, for
 //! a static transition, `u_s`) at every position, then `sample_draw` of `kernels/sample.cu`
 //! draws every sample from those rows on the device, one warp per (sequence, sample)
-//! ([`draw`]); only the samples come back to the host.
+//! ([`draw`]); only the samples come back to the host (4 bytes a segment and 8 a sample,
+//! packed on the device).
 //!
 //! | form | the device computes | saved on the device |
 //! |---|---|---|
@@ -10,7 +11,7 @@
 //! | `(K, C, C)` transition | `α_t(j)` for every position, `O(T·K·C²)` a sequence | `8·(T+1)·C` bytes per sequence |
 //!
 //! besides the inputs on the device (as for a forward pass); the draws take `8·max(K, C) +
-//! 8·T + 4` bytes per sample on the device (the samples of a sequence in launches of at most
+//! 8·T + 8` bytes per sample on the device (the samples of a sequence in launches of at most
 //! 128 MiB), and a segment costs `O(K + C)` of the warp (`O(K·C)` for a `(K, C, C)`
 //! transition). The draws compute each weight as the host's draws from the same rows do
 //! ([`DeviceRows`], the CPU streaming engine's arithmetic) and use the core's generators, so

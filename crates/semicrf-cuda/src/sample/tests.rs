@@ -420,8 +420,16 @@ fn emulated_draws(
     }
     let got = run_emulated(exe, &buf);
     let words: Vec<i32> = got.iter().map(|&x| x as i32).collect();
-    let (counts, segs) = words.split_at(b * n);
-    super::draw::collect("emulation", counts, segs, t, i0, out)
+    let (counts, packed) = words.split_at(2 * b * n + 1);
+    let taken = counts[2 * b * n] as usize;
+    super::draw::collect(
+        "emulation",
+        &counts[..2 * b * n],
+        &packed[..taken],
+        k,
+        i0,
+        out,
+    )
 }
 
 /// The emulated kernel's samples `0 .. n`, in launches of `per` samples of every sequence.
@@ -533,4 +541,30 @@ fn inconsistent_rows_are_an_error() {
         matches!(&r, Err(semicrf_core::Error::Unsupported { what, .. }) if what.contains("no finite item")),
         "{r:?}"
     );
+}
+
+/// The sampling kernel built with ThreadSanitizer: a warp's lanes leave no access to its
+/// row of weights or its segments unordered against another lane's (lane 0's sums and
+/// segments against the lanes' weights and copies), on both transition forms with more
+/// labels and durations than lanes (a report makes the run fail).
+#[test]
+fn the_draws_leave_no_access_unordered() {
+    let Some(exe) = build_emulator(
+        "semicrf-draw-tsan",
+        "draw_main.cpp",
+        &["-fsanitize=thread", "-g"],
+    ) else {
+        return;
+    };
+    let mut dd = GenSpec::new(2, 8, 3, 33).everything();
+    dd.transition = TransitionKind::DurationDependent;
+    let mut fixed = GenSpec::new(1, 40, 35, 3).everything();
+    fixed.forbid_scores = 0.05;
+    for (x, spec) in [dd, fixed].into_iter().enumerate() {
+        let owned = feasible(40 + x as u64, &spec);
+        let p = owned.view().unwrap();
+        let rows = oracle_rows(&p);
+        let want = draw_all(&p, &Model::of(&p), &rows, 4, 3).unwrap();
+        assert_eq!(emulated_samples(&exe, &p, &rows, (4, 4, 3)), want);
+    }
 }

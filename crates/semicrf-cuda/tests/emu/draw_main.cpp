@@ -9,8 +9,8 @@
 // N, I0, seed (its bits), has_bb, has_eb, warps (a block); i64 lengths[B]; f64 scores,
 // begin boundary, end boundary [B·T·C] each (a boundary is passed as null where absent),
 // transition [C·C] or [K·C·C], duration [K·C], start [C], end [C], α and u [B·(T+1)·C] each
-// (u ignored for dd). OUTPUT: f64 counts[B·N], then the segment words [B·N·T·2] (as the
-// kernel's `cnt` and `seg`).
+// (u ignored for dd). OUTPUT: f64 the kernel's `cnt` [2·B·N + 1] (counts, offsets, words
+// taken), then its `out` [B·N·T] (the packed segments).
 //
 // Mode 1, the generator: i64 n, then n keys (seed, sequence, sample); OUTPUT: f64 the first
 // 40 uniforms of each key.
@@ -54,7 +54,9 @@ int main(int argc, char** argv) {
         const auto u = emu::read<double>(in, B * (T + 1) * C);
         const long long W = K > C ? K : C, warps = h[10];
         std::vector<double> work(B * N * W, std::nan(""));
-        std::vector<int> seg(B * N * T * 2, 0), cnt(B * N, 0x7fffffff);
+        std::vector<int> seg(B * N * T, 0x7fffffff), packed(B * N * T, 0x7fffffff);
+        std::vector<int> cnt(2 * B * N + 1, 0x7fffffff);
+        cnt[2 * B * N] = 0;
         SArgs a{};
         a.sc = sc.data();
         a.bb = h[8] ? bb.data() : nullptr;
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
         a.work = work.data();
         a.seg = seg.data();
         a.cnt = cnt.data();
+        a.out = packed.data();
         a.B = B;
         a.T = T;
         a.K = K;
@@ -79,7 +82,7 @@ int main(int argc, char** argv) {
         a.dd = (int)dd;
         emu::launch(sample_draw, (unsigned)((B * N + warps - 1) / warps), (unsigned)(32 * warps), 0, a);
         for (int x : cnt) res.push_back(x);
-        for (int x : seg) res.push_back(x);
+        for (int x : packed) res.push_back(x);
     }
     fclose(in);
     FILE* o = fopen(argv[2], "wb");
