@@ -164,16 +164,19 @@
 //!
 //! [`CudaEngine`] with [`Algorithm::Streaming`] implements the core's [`Sampler`] (model page
 //! §12): the log-domain forward kernel (`kernels/streaming.cu`) runs once over the batch in its
-//! mode that saves `α_t(j)` at every position, and `u_s(j)` for a static transition; the rows
-//! come back to the host, where the core's one sampler
-//! ([`sample_sequence`](semicrf_core::sample::sample_sequence)) draws every sample, one sequence
-//! per task of rayon's pool, a segment's weight read off the rows and the problem's scores as
-//! the CPU streaming engine reads it. Memory: `16·(T+1)·C` bytes per sequence (`8·(T+1)·C` for a
-//! `(K, C, C)` transition) of rows on the device and on the host, besides the inputs and the
-//! samples; never a `(T, K, C)` table. The same seed gives the same samples, and the CPU
-//! streaming engine's except where rounding decides between two choices (the device's `α`
-//! differs from the CPU's in the last bits). Structured potentials from the host only
-//! (not [`DevicePotentials`], nor a potentials source).
+//! mode that saves `α_t(j)` at every position, and `u_s(j)` for a static transition; then
+//! `sample_draw` (`kernels/sample.cu`) draws every sample from those rows on the device, one
+//! warp per (sequence, sample), walking it down from the end as the core's one sampler
+//! ([`sample_sequence`](semicrf_core::sample::sample_sequence)) does, with the host's
+//! generators ([`sample_rng`](semicrf_core::sample::sample_rng)) and each segment's weight
+//! computed as the CPU streaming engine computes it. Only the samples come back (4 bytes a
+//! segment, packed on the device). Memory: `16·(T+1)·C` bytes per sequence (`8·(T+1)·C` for a
+//! `(K, C, C)` transition) of rows and `8·max(K, C) + 8·T + 8` bytes per sample (at most
+//! 128 MiB a launch) on the device, besides the inputs; never a `(T, K, C)` table. The same
+//! seed gives the same samples, and the CPU streaming engine's except where rounding decides
+//! between two choices (the device's `α`, `exp` and `log` differ from the CPU's in the last
+//! bits). Structured potentials from the host only (not [`DevicePotentials`], nor a
+//! potentials source).
 //!
 //! # Settings
 //!
@@ -201,7 +204,7 @@
 //! | `engine` | [`CudaEngine`] |
 //! | `kbest` | k best on the device (`kernels/kbest.cu`): [`KBest`](semicrf_core::KBest) for [`CudaEngine`] |
 //! | `streamed` | [`CudaEngine`] on a potentials source ([`SourceEngine`]): rows uploaded chunk by chunk, gradients delivered chunk by chunk |
-//! | `sample` | [`CudaEngine`] as a [`Sampler`]: the forward values saved on the device, the draws on the host |
+//! | `sample` | [`CudaEngine`] as a [`Sampler`]: the forward values saved on the device, the draws there too |
 #![deny(missing_docs)]
 
 mod call;

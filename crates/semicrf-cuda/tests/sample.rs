@@ -3,8 +3,9 @@
 //! the same seed, on shapes with more than 32 labels, more than 64 durations, `-inf` scores
 //! and transitions, ragged lengths and both transition forms, in `f64` and `f32`.
 //!
-//! The samples equal the CPU engine's because a draw compares one uniform with cumulative
-//! weights, and the device's forward values differ from the CPU's only in the last bits: a
+//! The samples equal the CPU engine's because a draw compares one uniform (the device computes
+//! the host's generators) with cumulative weights, and the device's forward values and its
+//! draws' `exp` and `log` differ from the CPU's only in the last bits: a
 //! draw can differ only where its uniform falls within rounding (about 10⁻¹⁵ relative) of a
 //! boundary between two choices, which none of the few million draws here comes near but
 //! with probability about 10⁻⁸. Without a usable GPU every test prints why and passes,

@@ -1,5 +1,5 @@
-//! Median wall times of posterior sampling on the CUDA streaming engine (forward values on
-//! the device, draws on the host's rayon pool) against the CPU streaming engine on every
+//! Median wall times of posterior sampling on the CUDA streaming engine (forward values and
+//! draws on the device, one warp per sample) against the CPU streaming engine on every
 //! core (rayon's pool), at canonical shapes, in one process:
 //!
 //! ```text

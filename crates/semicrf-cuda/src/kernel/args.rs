@@ -267,14 +267,44 @@ argument_block! {
     }
 }
 
+argument_block! {
+    /// The sampling kernel's arguments (`struct SArgs` of `kernels/sample.cu`).
+    SampleArgs as "SArgs" {
+        sc: DevPtr,
+        bb: DevPtr,
+        eb: DevPtr,
+        tr: DevPtr,
+        dur: DevPtr,
+        st: DevPtr,
+        en: DevPtr,
+        len: DevPtr,
+        alpha: DevPtr,
+        u: DevPtr,
+        work: DevPtr,
+        seg: DevPtr,
+        cnt: DevPtr,
+        out: DevPtr,
+        b as "B": i64,
+        t as "T": i64,
+        k as "K": i64,
+        c as "C": i64,
+        n as "N": i64,
+        i0 as "I0": i64,
+        seed: i64,
+        f32in: i32,
+        dd: i32,
+    }
+}
+
 /// Every argument block's layout.
-pub(crate) fn layouts() -> [Layout; 5] {
+pub(crate) fn layouts() -> [Layout; 6] {
     [
         StreamArgs::layout(),
         MeetArgs::layout(),
         EdgeArgs::layout(),
         CheckArgs::layout(),
         KBestArgs::layout(),
+        SampleArgs::layout(),
     ]
 }
 

@@ -5,10 +5,10 @@
 
 pub(crate) mod args;
 
-pub(crate) use args::{CheckArgs, DevPtr, EdgeArgs, KBestArgs, MeetArgs, StreamArgs};
+pub(crate) use args::{CheckArgs, DevPtr, EdgeArgs, KBestArgs, MeetArgs, SampleArgs, StreamArgs};
 
 /// The kernel sources by file name, as the `#include`s name them.
-pub(crate) const SOURCES: [(&str, &str); 11] = [
+pub(crate) const SOURCES: [(&str, &str); 12] = [
     ("semiring.cuh", include_str!("../../kernels/semiring.cuh")),
     ("window.cuh", include_str!("../../kernels/window.cuh")),
     ("streaming.cu", include_str!("../../kernels/streaming.cu")),
@@ -28,6 +28,7 @@ pub(crate) const SOURCES: [(&str, &str); 11] = [
     ("meet.cu", include_str!("../../kernels/meet.cu")),
     ("io.cu", include_str!("../../kernels/io.cu")),
     ("kbest.cu", include_str!("../../kernels/kbest.cu")),
+    ("sample.cu", include_str!("../../kernels/sample.cu")),
     ("module.cu", include_str!("../../kernels/module.cu")),
 ];
 
@@ -218,6 +219,8 @@ kernels! {
     KBestFwd = "kbest_fwd",
     /// The shared parameters' checks when they are on the device.
     SharedCheck = "shared_check",
+    /// `kernels/sample.cu`: backward sampling from saved forward values.
+    SampleDraw = "sample_draw",
 }
 
 /// A pass of the meet kernels.

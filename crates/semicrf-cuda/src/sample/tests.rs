@@ -361,3 +361,210 @@ fn the_saving_kernels_leave_no_access_unordered() {
         }
     }
 }
+
+/// The sampling kernel under the emulation, built once per process.
+fn draw_emulator() -> Option<std::path::PathBuf> {
+    static EXE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| build_emulator("semicrf-draw-emu", "draw_main.cpp", &[]))
+        .clone()
+}
+
+/// Samples `i0 .. i0 + n` of every sequence of `p` that the emulated `sample_draw` draws
+/// from `rows` with `warps` warps a block, appended to `out`.
+fn emulated_draws(
+    exe: &std::path::Path,
+    p: &Potentials<'_, f64>,
+    rows: &Rows,
+    (n, i0, seed): (usize, usize, u64),
+    warps: usize,
+    out: &mut semicrf_core::Samples,
+) -> semicrf_core::Result<()> {
+    let sh = p.shape();
+    let (b, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
+    let model = Model::of(p);
+    let mut buf: Vec<u8> = Vec::new();
+    let header = [
+        0,
+        b as i64,
+        t as i64,
+        k as i64,
+        c as i64,
+        model.dd as i64,
+        n as i64,
+        i0 as i64,
+        seed as i64,
+        p.begin_boundary().is_some() as i64,
+        p.end_boundary().is_some() as i64,
+        warps as i64,
+    ];
+    let lengths = p.lengths().iter().map(|&l| l as i64);
+    for x in header.into_iter().chain(lengths) {
+        buf.extend_from_slice(&x.to_le_bytes());
+    }
+    let boundary = |x: Option<&ndarray::ArrayView3<'_, f64>>| match x {
+        Some(x) => x.iter().copied().collect(),
+        None => vec![0.0; b * t * c],
+    };
+    let (bb, eb) = (boundary(p.begin_boundary()), boundary(p.end_boundary()));
+    let zeros = vec![0.0; rows.alpha.len()];
+    let values = p.scores().iter().copied().chain(bb).chain(eb);
+    let values = values
+        .chain(model.tr.iter().copied())
+        .chain(model.dur.iter().copied())
+        .chain(model.st.iter().copied())
+        .chain(model.en.iter().copied())
+        .chain(rows.alpha.iter().copied())
+        .chain(rows.u.as_ref().unwrap_or(&zeros).iter().copied());
+    for x in values {
+        buf.extend_from_slice(&x.to_le_bytes());
+    }
+    let got = run_emulated(exe, &buf);
+    let words: Vec<i32> = got.iter().map(|&x| x as i32).collect();
+    let (counts, packed) = words.split_at(2 * b * n + 1);
+    let taken = counts[2 * b * n] as usize;
+    super::draw::collect(
+        "emulation",
+        &counts[..2 * b * n],
+        &packed[..taken],
+        k,
+        i0,
+        out,
+    )
+}
+
+/// The emulated kernel's samples `0 .. n`, in launches of `per` samples of every sequence.
+fn emulated_samples(
+    exe: &std::path::Path,
+    p: &Potentials<'_, f64>,
+    rows: &Rows,
+    (n, per, seed): (usize, usize, u64),
+) -> semicrf_core::Samples {
+    let mut out: semicrf_core::Samples = (0..p.shape().batch).map(|_| Vec::new()).collect();
+    for i0 in (0..n).step_by(per) {
+        let m = per.min(n - i0);
+        emulated_draws(exe, p, rows, (m, i0, seed), 1 + i0 % 3, &mut out).unwrap();
+    }
+    out
+}
+
+/// The kernel's generator is the host's: the first 40 uniforms (five ChaCha blocks, across
+/// the end of rand_chacha's buffer of four) of several keys equal `sample_rng`'s.
+#[test]
+fn the_kernels_uniforms_are_the_host_generators() {
+    use rand::Rng;
+    let Some(exe) = draw_emulator() else { return };
+    let keys: [(u64, usize, usize); 5] = [
+        (0, 0, 0),
+        (2026, 3, 17),
+        (u64::MAX, 1 << 33, 99),
+        (0x0123_4567_89ab_cdef, 7, 1 << 40),
+        (1, usize::MAX, usize::MAX),
+    ];
+    let mut buf: Vec<u8> = Vec::new();
+    let header = [1, keys.len() as i64];
+    let words = keys
+        .iter()
+        .flat_map(|&(s, b, i)| [s as i64, b as i64, i as i64]);
+    for x in header.into_iter().chain(words) {
+        buf.extend_from_slice(&x.to_le_bytes());
+    }
+    let got = run_emulated(&exe, &buf);
+    for (x, &(s, b, i)) in keys.iter().enumerate() {
+        let mut rng = semicrf_core::sample::sample_rng(s, b, i);
+        let want: Vec<f64> = (0..40).map(|_| rng.random::<f64>()).collect();
+        assert_eq!(got[40 * x..][..40], want[..], "key ({s}, {b}, {i})");
+    }
+}
+
+/// The emulated kernel draws the samples the host draws from the same rows (the oracle's,
+/// and the emulated forward kernel's): bit for bit, since the emulation's `exp` and `log`
+/// are the host's and every weight is formed by the same operations in the same order.
+/// Every kind of problem, 40 labels, K = 70, in launches of several sizes.
+#[test]
+fn the_kernels_draws_are_the_hosts_from_the_same_rows() {
+    let Some(exe) = draw_emulator() else { return };
+    let mut v = emulated_problems();
+    v.extend(
+        problems()
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("K = 70")),
+    );
+    for (x, (name, owned)) in v.into_iter().enumerate() {
+        let p = owned.view().unwrap();
+        let model = Model::of(&p);
+        let rows = oracle_rows(&p);
+        let (n, seed) = (60, 2026 + x as u64);
+        let want = draw_all(&p, &model, &rows, n, seed).unwrap();
+        for per in [n, 25] {
+            let got = emulated_samples(&exe, &p, &rows, (n, per, seed));
+            assert_eq!(got, want, "{name}, {per} samples a launch");
+        }
+        assert_eq!(want, cpu_samples(&p, n, seed), "{name}: the CPU engine");
+    }
+}
+
+/// The whole device path under the emulation: the forward kernel's saved rows, then the
+/// sampling kernel on them, give the CPU streaming engine's samples.
+#[test]
+fn the_emulated_forward_and_draws_give_the_cpu_engines_samples() {
+    let (Some(fwd), Some(exe)) = (emulator(), draw_emulator()) else {
+        return;
+    };
+    for (x, (name, owned)) in emulated_problems().into_iter().enumerate() {
+        let p = owned.view().unwrap();
+        let rows = emulated_rows(&fwd, &p, (4, 32), x % 2 == 0);
+        let got = emulated_samples(&exe, &p, &rows, (50, 50, 9));
+        assert_eq!(got, cpu_samples(&p, 50, 9), "{name}");
+    }
+}
+
+/// A sample the rows cannot finish is an error naming it, not a panic: rows whose `α` is
+/// `-inf` below the end leave a reached segment without a finite item.
+#[test]
+fn inconsistent_rows_are_an_error() {
+    let Some(exe) = draw_emulator() else { return };
+    let owned = feasible(1, &GenSpec::new(1, 6, 3, 2));
+    let p = owned.view().unwrap();
+    let mut rows = oracle_rows(&p);
+    let c = p.shape().labels;
+    for x in &mut rows.alpha[c..5 * c] {
+        *x = NEG;
+    }
+    if let Some(u) = rows.u.as_mut() {
+        for x in &mut u[..6 * c] {
+            *x = NEG;
+        }
+    }
+    let mut out = vec![Vec::new()];
+    let r = emulated_draws(&exe, &p, &rows, (3, 0, 1), 1, &mut out);
+    assert!(
+        matches!(&r, Err(semicrf_core::Error::Unsupported { what, .. }) if what.contains("no finite item")),
+        "{r:?}"
+    );
+}
+
+/// The sampling kernel built with ThreadSanitizer: a warp's lanes leave no access to its
+/// row of weights or its segments unordered against another lane's (lane 0's sums and
+/// segments against the lanes' weights and copies), on both transition forms with more
+/// labels and durations than lanes (a report makes the run fail).
+#[test]
+fn the_draws_leave_no_access_unordered() {
+    let Some(exe) = build_emulator(
+        "semicrf-draw-tsan",
+        "draw_main.cpp",
+        &["-fsanitize=thread", "-g"],
+    ) else {
+        return;
+    };
+    let mut dd = GenSpec::new(2, 8, 3, 33).everything();
+    dd.transition = TransitionKind::DurationDependent;
+    let mut fixed = GenSpec::new(1, 40, 35, 3).everything();
+    fixed.forbid_scores = 0.05;
+    for (x, spec) in [dd, fixed].into_iter().enumerate() {
+        let owned = feasible(40 + x as u64, &spec);
+        let p = owned.view().unwrap();
+        let rows = oracle_rows(&p);
+        let want = draw_all(&p, &Model::of(&p), &rows, 4, 3).unwrap();
+        assert_eq!(emulated_samples(&exe, &p, &rows, (4, 4, 3)), want);
+    }
+}
