@@ -493,3 +493,49 @@ impl Drop for Worst {
         }
     }
 }
+
+/// The posterior over the segmentations of sequence `b`, enumerated by brute force: every
+/// segmentation of finite score ([`gold_score`](crate::gold_score)) and its probability. For
+/// problems small enough to enumerate; the samplers' tests compare their draws with it.
+pub fn segmentation_posterior(
+    p: &crate::Potentials<'_, f64>,
+    b: usize,
+) -> std::collections::HashMap<Vec<Segment>, f64> {
+    let sh = p.shape();
+    let mut scores = Vec::new();
+    crate::reference::for_each_segmentation(p.lengths()[b], sh.max_duration, sh.labels, |segs| {
+        let s = crate::gold_score(p, b, segs).expect("a segmentation of the sequence");
+        if s > f64::NEG_INFINITY {
+            scores.push((segs.to_vec(), s));
+        }
+    });
+    let m = scores.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
+    let z: f64 = scores.iter().map(|x| (x.1 - m).exp()).sum();
+    scores
+        .into_iter()
+        .map(|(y, s)| (y, (s - m).exp() / z))
+        .collect()
+}
+
+/// The total variation distance between the empirical distribution of `samples` and the
+/// distribution `p` (anything drawn outside `p`'s support counts fully).
+pub fn total_variation(
+    p: &std::collections::HashMap<Vec<Segment>, f64>,
+    samples: &[Vec<Segment>],
+) -> f64 {
+    let n = samples.len() as f64;
+    let mut counts: std::collections::HashMap<&[Segment], usize> = Default::default();
+    for y in samples {
+        *counts.entry(y).or_insert(0) += 1;
+    }
+    let inside: f64 = p
+        .iter()
+        .map(|(y, &q)| (q - counts.get(y.as_slice()).copied().unwrap_or(0) as f64 / n).abs())
+        .sum();
+    let outside: f64 = counts
+        .iter()
+        .filter(|(y, _)| !p.contains_key(**y))
+        .map(|(_, &k)| k as f64 / n)
+        .sum();
+    (inside + outside) / 2.0
+}

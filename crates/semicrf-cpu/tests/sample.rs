@@ -4,31 +4,14 @@
 
 use std::collections::HashMap;
 
-use semicrf_core::reference::for_each_segmentation;
-use semicrf_core::testing::{GenSpec, TransitionKind, random_problem};
+use semicrf_core::testing::{
+    GenSpec, TransitionKind, random_problem, segmentation_posterior, total_variation,
+};
 use semicrf_core::{
-    EdgePotentials, Engine, Error, LogSemiring, OwnedPotentials, Potentials, Problem, Sampler,
-    Segment, gold_score, materialize, validate_segmentation,
+    EdgePotentials, Engine, Error, LogSemiring, OwnedPotentials, Problem, Sampler, Segment,
+    gold_score, materialize, validate_segmentation,
 };
 use semicrf_cpu::{ExactEngine, Parallelism, ScanEngine, StreamingEngine};
-
-/// The posterior of sequence `b`: every segmentation of finite score and its probability.
-fn posterior(p: &Potentials<'_, f64>, b: usize) -> HashMap<Vec<Segment>, f64> {
-    let sh = p.shape();
-    let mut scores = Vec::new();
-    for_each_segmentation(p.lengths()[b], sh.max_duration, sh.labels, |segs| {
-        let s = gold_score(p, b, segs).unwrap();
-        if s > f64::NEG_INFINITY {
-            scores.push((segs.to_vec(), s));
-        }
-    });
-    let m = scores.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
-    let z: f64 = scores.iter().map(|x| (x.1 - m).exp()).sum();
-    scores
-        .into_iter()
-        .map(|(y, s)| (y, (s - m).exp() / z))
-        .collect()
-}
 
 /// Counts of each drawn segmentation.
 fn counts(samples: &[Vec<Segment>]) -> HashMap<Vec<Segment>, usize> {
@@ -37,23 +20,6 @@ fn counts(samples: &[Vec<Segment>]) -> HashMap<Vec<Segment>, usize> {
         *c.entry(y.clone()).or_insert(0) += 1;
     }
     c
-}
-
-/// The total variation distance between the empirical distribution of `samples` and `p`.
-fn total_variation(p: &HashMap<Vec<Segment>, f64>, samples: &[Vec<Segment>]) -> f64 {
-    let n = samples.len() as f64;
-    let c = counts(samples);
-    let mut tv: f64 = p
-        .iter()
-        .map(|(y, &q)| (q - c.get(y).copied().unwrap_or(0) as f64 / n).abs())
-        .sum();
-    // Anything drawn outside the support counts fully.
-    tv += c
-        .iter()
-        .filter(|(y, _)| !p.contains_key(*y))
-        .map(|(_, &k)| k as f64 / n)
-        .sum::<f64>();
-    tv / 2.0
 }
 
 /// Pearson's chi-square statistic and its degrees of freedom, outcomes of expected count
@@ -166,7 +132,7 @@ fn samples_pass_a_chi_square_test_against_the_enumerated_posterior_on_every_engi
         for problem in [Problem::from(p.clone()), Problem::from(as_edges)] {
             for (engine, samples) in all_samples(&problem, n, 2026) {
                 for b in 0..p.shape().batch {
-                    let post = posterior(&p, b);
+                    let post = segmentation_posterior(&p, b);
                     let (stat, df) = chi_square(&post, &samples[b]);
                     let limit = chi_square_limit(df);
                     assert!(
@@ -187,7 +153,7 @@ fn the_empirical_distribution_of_1e5_samples_is_within_total_variation_001() {
     g.ragged = false;
     let owned = random_problem(7, &g);
     let p = owned.view().unwrap();
-    let post = posterior(&p, 0);
+    let post = segmentation_posterior(&p, 0);
     let problem = Problem::from(p);
     let mut worst: f64 = 0.0;
     for (engine, samples) in all_samples(&problem, 100_000, 99) {

@@ -11,13 +11,12 @@
 //! with probability about 10⁻⁸. Without a usable GPU every test prints why and passes,
 //! unless `SEMICRF_REQUIRE_GPU=1`.
 
-use std::collections::HashMap;
-
-use semicrf_core::reference::for_each_segmentation;
-use semicrf_core::testing::{GenSpec, TransitionKind, random_problem};
+use semicrf_core::testing::{
+    GenSpec, TransitionKind, random_problem, segmentation_posterior, total_variation,
+};
 use semicrf_core::{
-    Algorithm, Engine, Error, LogSemiring, OwnedPotentials, Potentials, Problem, Sampler, Samples,
-    Scalar, Segment, gold_score, materialize, validate_segmentation,
+    Algorithm, Engine, Error, LogSemiring, OwnedPotentials, Problem, Sampler, Samples, Scalar,
+    Segment, gold_score, materialize, validate_segmentation,
 };
 use semicrf_cpu::{Parallelism, StreamingEngine};
 use semicrf_cuda::CudaEngine;
@@ -26,44 +25,6 @@ const NEG: f64 = f64::NEG_INFINITY;
 
 fn gpu() -> Option<CudaEngine> {
     CudaEngine::usable_or_skip(0)
-}
-
-/// The posterior of sequence `b`: every segmentation of finite score and its probability.
-fn posterior(p: &Potentials<'_, f64>, b: usize) -> HashMap<Vec<Segment>, f64> {
-    let sh = p.shape();
-    let mut scores = Vec::new();
-    for_each_segmentation(p.lengths()[b], sh.max_duration, sh.labels, |segs| {
-        let s = gold_score(p, b, segs).unwrap();
-        if s > NEG {
-            scores.push((segs.to_vec(), s));
-        }
-    });
-    let m = scores.iter().map(|x| x.1).fold(NEG, f64::max);
-    let z: f64 = scores.iter().map(|x| (x.1 - m).exp()).sum();
-    scores
-        .into_iter()
-        .map(|(y, s)| (y, (s - m).exp() / z))
-        .collect()
-}
-
-/// The total variation distance between the empirical distribution of `samples` and `p`
-/// (anything drawn outside the support counts fully).
-fn total_variation(p: &HashMap<Vec<Segment>, f64>, samples: &[Vec<Segment>]) -> f64 {
-    let n = samples.len() as f64;
-    let mut counts: HashMap<&[Segment], usize> = HashMap::new();
-    for y in samples {
-        *counts.entry(y).or_insert(0) += 1;
-    }
-    let inside: f64 = p
-        .iter()
-        .map(|(y, &q)| (q - counts.get(y.as_slice()).copied().unwrap_or(0) as f64 / n).abs())
-        .sum();
-    let outside: f64 = counts
-        .iter()
-        .filter(|(y, _)| !p.contains_key(**y))
-        .map(|(_, &k)| k as f64 / n)
-        .sum();
-    (inside + outside) / 2.0
 }
 
 /// The first problem of `spec` from `seed` on whose every sequence is feasible.
@@ -145,7 +106,7 @@ fn samples_follow_the_enumerated_posterior_within_total_variation() {
             .sample(&Problem::Structured(p.clone()), 100_000, 7)
             .unwrap();
         for (b, per) in samples.iter().enumerate() {
-            let post = posterior(&p, b);
+            let post = segmentation_posterior(&p, b);
             let tv = total_variation(&post, per);
             println!(
                 "{name}, sequence {b}: total variation {tv:.4} ({} segmentations)",

@@ -4,18 +4,16 @@
 //! under the CPU emulation of `tests/emu` (`sample_main.cpp`) are the oracle's, give the
 //! same samples, and leave no access unordered under ThreadSanitizer.
 
-use std::collections::HashMap;
-
 use super::{Rows, draw_all};
 use crate::call::Model;
 use crate::emu::{build_emulator, run_emulated};
 use crate::kernel::{Kernel, STEPS, shared_defines};
 use crate::logdomain::smem;
-use semicrf_core::reference::for_each_segmentation;
-use semicrf_core::testing::{GenSpec, Tolerance, TransitionKind, random_problem};
+use semicrf_core::testing::{
+    GenSpec, Tolerance, TransitionKind, random_problem, segmentation_posterior, total_variation,
+};
 use semicrf_core::{
     Engine, LogSemiring, OwnedPotentials, Potentials, Problem, Sampler, Segment, Semiring,
-    gold_score,
 };
 use semicrf_cpu::{Parallelism, StreamingEngine};
 
@@ -70,44 +68,6 @@ fn oracle_rows(p: &Potentials<'_, f64>) -> Rows {
         alpha,
         u: (!dd).then_some(u),
     }
-}
-
-/// The posterior of sequence `b`: every segmentation of finite score and its probability.
-fn posterior(p: &Potentials<'_, f64>, b: usize) -> HashMap<Vec<Segment>, f64> {
-    let sh = p.shape();
-    let mut scores = Vec::new();
-    for_each_segmentation(p.lengths()[b], sh.max_duration, sh.labels, |segs| {
-        let s = gold_score(p, b, segs).unwrap();
-        if s > NEG {
-            scores.push((segs.to_vec(), s));
-        }
-    });
-    let m = scores.iter().map(|x| x.1).fold(NEG, f64::max);
-    let z: f64 = scores.iter().map(|x| (x.1 - m).exp()).sum();
-    scores
-        .into_iter()
-        .map(|(y, s)| (y, (s - m).exp() / z))
-        .collect()
-}
-
-/// The total variation distance between the empirical distribution of `samples` and `p`
-/// (anything drawn outside the support counts fully).
-fn total_variation(p: &HashMap<Vec<Segment>, f64>, samples: &[Vec<Segment>]) -> f64 {
-    let n = samples.len() as f64;
-    let mut counts: HashMap<&[Segment], usize> = HashMap::new();
-    for y in samples {
-        *counts.entry(y).or_insert(0) += 1;
-    }
-    let inside: f64 = p
-        .iter()
-        .map(|(y, &q)| (q - counts.get(y.as_slice()).copied().unwrap_or(0) as f64 / n).abs())
-        .sum();
-    let outside: f64 = counts
-        .iter()
-        .filter(|(y, _)| !p.contains_key(**y))
-        .map(|(_, &k)| k as f64 / n)
-        .sum();
-    (inside + outside) / 2.0
 }
 
 /// The first problem of `spec` from `seed` on whose every sequence is feasible.
@@ -179,7 +139,7 @@ fn draws_from_the_oracles_rows_follow_the_enumerated_posterior() {
         let p = owned.view().unwrap();
         let got = draw_all(&p, &Model::of(&p), &oracle_rows(&p), n, 7).unwrap();
         for (b, samples) in got.iter().enumerate() {
-            let post = posterior(&p, b);
+            let post = segmentation_posterior(&p, b);
             let tv = total_variation(&post, samples);
             println!(
                 "{name}, sequence {b}: total variation {tv:.4} ({} segmentations)",
