@@ -141,18 +141,18 @@ fn host_bits(h: &HostBackward) -> [Vec<u64>; 5] {
     ]
 }
 
-/// One `backward_into` with every result on the device (outputs made on `s`, full of NaN;
-/// `f32`: the potentials', `shared_f32`: the shared gradients' element type; `dd`: a
-/// `(K, C, C)` transition):
-/// the outputs read back (scores' gradient, boundary marginals, log Z, the four shared
-/// gradients; in bits) and what the call returned on the host.
+/// One `backward_into` (`backward_into_queued` where `queued`) with every result on the
+/// device (outputs made on `s`, full of NaN; `f32`: the potentials', `shared_f32`: the
+/// shared gradients' element type; `dd`: a `(K, C, C)` transition): the outputs read back
+/// (scores' gradient, boundary marginals, log Z, the four shared gradients, the boundaries'
+/// gradients; in bits) and what the call returned on the host (nothing, queued).
 fn backward_all_on_device(
     cuda: &CudaEngine,
     p: &DevicePotentials<'_>,
     g: &[f64],
     s: &Arc<CudaStream>,
-    (f32, shared_f32, dd): (bool, bool, bool),
-) -> (Vec<Vec<u64>>, HostBackward) {
+    (f32, shared_f32, dd, queued): (bool, bool, bool, bool),
+) -> (Vec<Vec<u64>>, Option<HostBackward>) {
     let sh = p.shape();
     let (b, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
     let nan = |n: usize, f| Dev::up(s, &vec![f64::NAN; n], f);
@@ -175,7 +175,12 @@ fn backward_all_on_device(
         .duration(du.out())
         .start(st.out())
         .end(en.out());
-    let host = cuda.backward_into(p, g, out).unwrap();
+    let host = if queued {
+        cuda.backward_into_queued(p, g, out).unwrap();
+        None
+    } else {
+        Some(cuda.backward_into(p, g, out).unwrap())
+    };
     let read = [&sc, &bm, &lz, &tr, &du, &st, &en, &gb, &ge]
         .map(Dev::bits)
         .to_vec();
@@ -188,17 +193,21 @@ fn backward_all_on_device(
 /// included, of either element type) the host's values; both element types, both
 /// transition forms, boundaries, ragged lengths, `-inf` entries, the log-domain kernels
 /// alone and a sequence beyond the linear domain's range (rerun). Ten runs of the
-/// asynchronous call give the same bits.
+/// asynchronous call give the same bits, and so do ten of the queued call
+/// (`backward_into_queued`: log Z, the reruns and the shared sums on the device where no
+/// input holds a `-inf`; the waiting call's path where one does).
 #[test]
 fn shared_parameters_on_the_device_give_the_host_parameters_results() {
     let Some(cuda) = gpu() else { return };
     let ctx = CudaContext::new(0).unwrap();
     let side = ctx.new_stream().unwrap();
-    for (seed, (b, t, k, c, dd, range)) in [
-        (3, 40, 6, 5, false, false),
-        (4, 120, 7, 24, true, false),
-        (2, 300, 30, 8, false, false),
-        (4, 300, 64, 5, false, true),
+    for (seed, (b, t, k, c, dd, range, cut)) in [
+        (3, 40, 6, 5, false, false, false),
+        (4, 120, 7, 24, true, false, false),
+        (2, 300, 30, 8, false, false, false),
+        (4, 300, 64, 5, false, true, false),
+        (5, 200, 12, 6, true, true, false),
+        (3, 150, 10, 7, false, false, true),
     ]
     .into_iter()
     .enumerate()
@@ -213,6 +222,9 @@ fn shared_parameters_on_the_device_give_the_host_parameters_results() {
         if range {
             let at = owned.lengths[1] / 2;
             owned.scores[[1, at, 0]] = 60.0;
+        }
+        if cut {
+            owned.scores[[2, 0, 1]] = f64::NEG_INFINITY;
         }
         let g = upstream(11, b);
         let widened = owned.cast::<f32>().cast::<f64>();
@@ -230,6 +242,11 @@ fn shared_parameters_on_the_device_give_the_host_parameters_results() {
             };
             let host_p = host_params(base(), from).build(&cuda).unwrap();
             let dev_p = params.on(base()).build(&cuda).unwrap();
+            assert_eq!(
+                dev_p.sure_feasible(),
+                !cut,
+                "a -inf found where there is one"
+            );
             for engine in [cuda, cuda.log_domain_only()] {
                 let name = format!(
                     "B{b} T{t} K{k} C{c} dd={dd} range={range} f32={f32} linear={}",
@@ -249,7 +266,9 @@ fn shared_parameters_on_the_device_give_the_host_parameters_results() {
                     bits(got.boundary_marginals.iter()) == bits(want.boundary_marginals.iter()),
                     "{name}: boundary marginals"
                 );
-                for shared_f32 in [false, true] {
+                for (shared_f32, queued) in
+                    [(false, false), (true, false), (false, true), (true, true)]
+                {
                     let round = |v: &[u64]| -> Vec<u64> {
                         v.iter()
                             .map(|&x| {
@@ -265,11 +284,9 @@ fn shared_parameters_on_the_device_give_the_host_parameters_results() {
                             &dev_p,
                             &g,
                             &side,
-                            (f32, shared_f32, dd),
+                            (f32, shared_f32, dd, queued),
                         );
-                        let h = host_bits(&host);
-                        // The host's part equals the host parameters' backward.
-                        assert_eq!(h[0], bits(&want.log_z), "{name}: returned log Z");
+                        let name = format!("{name} queued={queued}");
                         let w = &want.grad;
                         let wt = [
                             bits(w.transition.as_ref().unwrap()),
@@ -277,8 +294,15 @@ fn shared_parameters_on_the_device_give_the_host_parameters_results() {
                             bits(w.start.as_ref().unwrap()),
                             bits(w.end.as_ref().unwrap()),
                         ];
+                        if let Some(host) = &host {
+                            // The host's part equals the host parameters' backward.
+                            let h = host_bits(host);
+                            assert_eq!(h[0], bits(&want.log_z), "{name}: returned log Z");
+                            for i in 0..4 {
+                                assert_eq!(h[i + 1], wt[i], "{name}: returned shared {i}");
+                            }
+                        }
                         for i in 0..4 {
-                            assert_eq!(h[i + 1], wt[i], "{name}: returned shared {i}");
                             assert_eq!(
                                 read[3 + i],
                                 round(&wt[i]),

@@ -17,8 +17,10 @@ Scores, transition and duration are drawn as `device_times` draws them (uniform 
 `--values randn` for normal scores): which kernels run depends on the values' range. On a
 GPU the native call is then replayed alone with the same arguments (`--replays` times, inside
 one step, so the buffers are alive): its wall-clock time, to set against the Rust API's
-`device_times` (crates/semicrf-bench/src/bin/device_times.rs); and the whole step by CUDA
-events. Floors of the same machine: a trivial `torch.autograd.Function` forward + sum +
+`device_times` (crates/semicrf-bench/src/bin/device_times.rs); the whole step by CUDA
+events; and the steps back to back, as a training loop runs them (no wait between steps),
+by CUDA events over the loop: the time a step takes there, to set against `device_times`'
+loop of `backward_into_queued` calls. Floors of the same machine: a trivial `torch.autograd.Function` forward + sum +
 backward, and `x.sum().backward()`.
 
     python overhead.py                  # CUDA if available, else the CPU
@@ -208,6 +210,18 @@ for name in args.shapes:
     for key, label in ROWS:
         print(f"  {label:<62} {statistics.median(per[key]):9.0f}")
     if cuda:
+        # A training loop's pace: the steps back to back, no wait between them (the host
+        # prepares the next step while the device runs this one), by CUDA events over all.
+        sync()
+        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(args.steps):
+            st.log_partition(h, lengths, k, tr, dur).sum().backward()
+            h.grad = tr.grad = dur.grad = None
+        e.record()
+        sync()
+        loop = a.elapsed_time(e) * 1e3 / args.steps
+        print(f"  {'step in a loop of --steps steps (CUDA events / steps)':<62} {loop:9.0f}")
         print(f"  {'step by CUDA events':<62} {statistics.median(events):9.0f}")
         if replay["ns"]:
             alone = statistics.median(replay["ns"]) / 1e3

@@ -110,4 +110,5 @@ def cuda_backward(
     out_duration: Optional[int] = None,
     out_start: Optional[int] = None,
     out_end: Optional[int] = None,
+    queued: bool = False,
 ) -> Dict[str, F64]: ...

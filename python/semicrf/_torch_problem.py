@@ -349,6 +349,9 @@ class Call:
                 res[name] = new(tuple(p.shape), dtype=self.dtype)
                 kw["out_" + name] = res[name].data_ptr()
         kw["upstream"] = upstream
+        # Every result goes to a tensor above: the call may return before the device is done
+        # (the next work on torch's stream is ordered after it).
+        kw["queued"] = True
         self.on_device(_native.cuda_backward, kw)
         del keep
         res["log_z"] = log_z

@@ -251,12 +251,16 @@ device_fn!(
 /// `upstream`), the `(B, T)` boundary marginals, log Z and the shared parameters' gradients
 /// (where `out_*` gives them) are written into the caller's device buffers of `dtype`,
 /// ordered before later work on `stream`. Returns log Z and the shared parameters'
-/// gradients that have no output (one flat float64 array) on the host.
+/// gradients that have no output (one flat float64 array) on the host; with `queued`, which
+/// needs `out_log_z` and an output for every shared parameter given, nothing (an empty
+/// dict), and the call may return before the device has done its work
+/// (`CudaEngine::backward_into_queued`).
 #[pyfunction]
 #[pyo3(signature = (*, scores, shape, dtype, lengths, max_duration, stream, device, upstream,
     out_scores, transition=None, duration=None, start=None, end=None, begin_boundary=None,
     end_boundary=None, out_begin_boundary=None, out_end_boundary=None, out_boundary=None,
-    out_log_z=None, out_transition=None, out_duration=None, out_start=None, out_end=None))]
+    out_log_z=None, out_transition=None, out_duration=None, out_start=None, out_end=None,
+    queued=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn cuda_backward<'py>(
     py: Python<'py>,
@@ -283,6 +287,7 @@ pub fn cuda_backward<'py>(
     out_duration: Option<u64>,
     out_start: Option<u64>,
     out_end: Option<u64>,
+    queued: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let call = OnDevice::new(
         scores,
@@ -327,6 +332,24 @@ pub fn cuda_backward<'py>(
             ],
         )?,
     };
+    if queued {
+        let missing = call
+            .params
+            .iter()
+            .find(|(n, _)| !targets.shared.iter().any(|(m, _, _)| m == n));
+        if let Some((name, _)) = missing {
+            return Err(Failure::Value(format!(
+                "`queued` returns nothing on the host: `{name}` needs `out_{name}`"
+            ))
+            .into());
+        }
+        if targets.log_z.is_none() {
+            return Err(Failure::Value(
+                "`queued` returns nothing on the host: log Z needs `out_log_z`".into(),
+            )
+            .into());
+        }
+    }
     let upstream = floats_of(upstream)?;
     let (dtype, (bn, t, c)) = (call.dtype, call.dims);
     let out = call.run(py, |e, p| {
@@ -358,9 +381,14 @@ pub fn cuda_backward<'py>(
                 _ => outs.end(arr(p, len)),
             };
         }
-        Ok(out_host(e.backward_into(p, &upstream, outs)?))
+        if queued {
+            e.backward_into_queued(p, &upstream, outs)?;
+            return Ok(None);
+        }
+        Ok(Some(out_host(e.backward_into(p, &upstream, outs)?)))
     })?;
     let d = PyDict::new(py);
+    let Some(out) = out else { return Ok(d) };
     d.set_item("log_z", PyArray1::from_vec(py, out.0))?;
     let mut shared = Vec::new();
     for (name, a) in out.1 {

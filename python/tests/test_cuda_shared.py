@@ -18,9 +18,10 @@ from test_torch_oracle import device_or_skip, random_problem  # noqa: E402
 ALL = ("transition", "duration", "start", "end", "begin_boundary", "end_boundary")
 
 
-def _native_backward(p, lengths, k, dtype, shared_on_device):
+def _native_backward(p, lengths, k, dtype, shared_on_device, queued=False):
     """One `cuda_backward` on the tensors of `p` (on the GPU, of `dtype`), the shared
-    parameters as (address, shape) pairs or as host float64 arrays: every result as bits."""
+    parameters as (address, shape) pairs or as host float64 arrays, `queued` or not: every
+    result as bits (log Z as returned on the host too, but queued, which returns nothing)."""
     b, t, c = p["scores"].shape
     new = p["scores"].new_empty
     out = {"scores": new((b, t, c)), "log_z": new((b,)), "boundary": new((b, t))}
@@ -36,6 +37,7 @@ def _native_backward(p, lengths, k, dtype, shared_on_device):
         out_scores=out["scores"].data_ptr(),
         out_log_z=out["log_z"].data_ptr(),
         out_boundary=out["boundary"].data_ptr(),
+        queued=queued,
     )
     for name in ("begin_boundary", "end_boundary"):
         if name in p:
@@ -61,9 +63,12 @@ def _native_backward(p, lengths, k, dtype, shared_on_device):
                 # As the engine rounds them for its device outputs: once, from float64.
                 out[name] = flat[at : at + n].view(p[name].shape).to(dtype)
                 at += n
-    host_z = torch.from_numpy(np.asarray(ret["log_z"]))
     bits = {k: v.detach().cpu().double().numpy().view(np.int64) for k, v in out.items()}
-    bits["returned log_z"] = host_z.numpy().view(np.int64)
+    if queued:
+        assert dict(ret) == {}
+    else:
+        host_z = torch.from_numpy(np.asarray(ret["log_z"]))
+        bits["returned log_z"] = host_z.numpy().view(np.int64)
     return bits
 
 
@@ -78,6 +83,12 @@ def test_shared_parameters_on_the_device_equal_host_ones_bitwise(dtype, transiti
     assert host.keys() == on.keys()
     for name in host:
         assert np.array_equal(host[name], on[name]), name
+    # Queued: the same bits in every output, ten times.
+    for _ in range(10):
+        q = _native_backward(p, lengths.tolist(), 6, dtype, shared_on_device=True, queued=True)
+        assert q.keys() == on.keys() - {"returned log_z"}
+        for name in q:
+            assert np.array_equal(q[name], on[name]), name
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

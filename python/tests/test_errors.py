@@ -159,6 +159,13 @@ def test_device_entries_check_their_arguments():
     with pytest.raises(ValueError, match="`out_begin_boundary` must be a device buffer"):
         _native.cuda_backward(scores=8, dtype="float32", upstream=[1.0], out_scores=16,
                               begin_boundary=24, **kw)
+    # Queued, nothing comes back on the host: every result needs a device output.
+    with pytest.raises(ValueError, match="log Z needs `out_log_z`"):
+        _native.cuda_backward(scores=8, dtype="float32", upstream=[1.0], out_scores=16,
+                              queued=True, **kw)
+    with pytest.raises(ValueError, match="`start` needs `out_start`"):
+        _native.cuda_backward(scores=8, dtype="float32", upstream=[1.0], out_scores=16,
+                              out_log_z=24, start=(40, (2,)), queued=True, **kw)
 
 
 def test_infeasible_problems_and_bad_gold(rng):

@@ -4,9 +4,11 @@
 // parameters' part of the checks, when they are on the device.
 //
 // `check_input`: the checks of potentials that are already on the device (the host checks its
-// own arrays when they are built): for one (B, T, C) array, each sequence's first NaN or +inf, and
+// own arrays when they are built): for one (B, T, C) array, each sequence's first NaN or +inf,
 // what its magnitude bound needs (the `range` module of semicrf-core): the largest finite
-// |x| of each of its positions, summed in position order, and where the largest of all is.
+// |x| of each of its positions, summed in position order, and where the largest of all is;
+// and whether a -inf lies within its length (a call without one anywhere has a finite log Z
+// for every sequence, known before it runs).
 //
 // One block per sequence. Its threads first take positions in turn and write each one's
 // largest |x| (the first entry attaining it) and first NaN or +inf to the scratch arrays;
@@ -27,9 +29,11 @@ struct CArgs {
     const i64* len;    // (B)
     double* rowmax;    // (B, T) scratch: the largest finite |x| of each position (0 if none)
     int* rowarg;       // (B, T) scratch: its label (-1 if none)
-    int* rowbad;       // (B, T) scratch: the first label holding NaN or +inf (-1 if none)
+    int* rowbad;       // (B, T) scratch: the first label holding NaN or +inf, else -2 if the
+                       // position holds a -inf, else -1
     double* bound;     // (B) in: the bound so far; out: plus this array's positions
-    double* out;       // (B, 6) the largest: |x|, t, c, x; the first NaN or +inf: t, c (-1)
+    double* out;       // (B, 7) the largest: |x|, t, c, x; the first NaN or +inf: t, c (-1);
+                       // 1 if a -inf lies within the length, else 0
     i64 T, C;
     int f32in;
 };
@@ -50,7 +54,9 @@ extern "C" __global__ void check_input(const CArgs a) {
             const double x = ck_ld(a, row * a.C + c);
             if (x != x || x == -neg_inf()) {
                 if (bad < 0) bad = (int)c;
-            } else if (x != neg_inf() && fabs(x) > m) {
+            } else if (x == neg_inf()) {
+                if (bad == -1) bad = -2;
+            } else if (fabs(x) > m) {
                 m = fabs(x);
                 arg = (int)c;
             }
@@ -66,7 +72,7 @@ extern "C" __global__ void check_input(const CArgs a) {
     // Thread 0's running values (the others' copies are not used).
     double bound = a.bound[b], top = 0.0;
     i64 top_t = -1, bad_t = -1;
-    int bad_c = -1;
+    int bad_c = -1, ninf = 0;
     for (i64 t0 = 0; t0 < a.T; t0 += CK_TILE) {
         const i64 n = a.T - t0 < CK_TILE ? a.T - t0 : CK_TILE;
         for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
@@ -83,6 +89,7 @@ extern "C" __global__ void check_input(const CArgs a) {
                     top = r;
                     top_t = t0 + i;
                 }
+                if (tile_bad[i] == -2) ninf = 1;
             }
             for (i64 i = 0; bad_t < 0 && i < n; ++i) {
                 if (tile_bad[i] >= 0) {
@@ -96,7 +103,7 @@ extern "C" __global__ void check_input(const CArgs a) {
     }
     if (threadIdx.x != 0) return;
     a.bound[b] = bound;
-    double* o = a.out + 6 * b;
+    double* o = a.out + 7 * b;
     o[0] = top;
     o[1] = (double)top_t;
     const int c = top_t >= 0 ? a.rowarg[b * a.T + top_t] : -1;
@@ -104,25 +111,70 @@ extern "C" __global__ void check_input(const CArgs a) {
     o[3] = top_t >= 0 ? ck_ld(a, (b * a.T + top_t) * a.C + c) : 0.0;
     o[4] = (double)bad_t;
     o[5] = (double)bad_c;
+    o[6] = (double)ninf;
 }
 
-// `meet_sum`: the batch's duration and transition marginals of `kernels/meet.cu`'s backward,
-// weighted by the upstream gradient: for each of the K·C + C·C items, in ascending b,
-//     acc += up[b] · (sweep 0's value + sweep 1's value)
-// one thread per item, every operation rounded on its own (no fused multiply-add), so that
-// the result is, bit for bit, what the host computes from the per-sweep values.
-extern "C" __global__ void meet_sum(const double* pdur, const double* ptr, const double* up,
-                                    double* red, const i64 B, const i64 KC, const i64 CC) {
+// `shared_sum`: the batch's gradients of the shared parameters, weighted by the upstream
+// gradient, in ascending b, as the host's `weighted` (src/streaming/results.rs) sums them:
+// items [0, KC) of the durations, [KC, KC + CC) of the transition, then NC of the start and NC
+// of the end (NC = 0: not summed here). For a duration or transition item, sequence b adds
+//     up[b] · (sweep 0's value + sweep 1's value)   from dur2 / tr2 (`kernels/meet.cu`'s two
+//                                                    sweeps), where given and redo[b] == 0,
+//     up[b] · value                                  from dur1 / tr1 (one row a sequence)
+// otherwise; a start or end item adds up[b] · st[b·NC + j] (or en). One thread per item,
+// every operation rounded on its own (no fused multiply-add), so that the result is, bit for
+// bit, what the host computes from the same values.
+extern "C" __global__ void shared_sum(const double* dur2, const double* tr2, const double* dur1,
+                                      const double* tr1, const double* st, const double* en,
+                                      const int* redo, const double* up, double* red,
+                                      const i64 B, const i64 KC, const i64 CC, const i64 NC) {
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= KC + CC) return;
-    const double* v = i < KC ? pdur : ptr;
-    const i64 n = i < KC ? KC : CC, j = i < KC ? i : i - KC;
+    if (i >= KC + CC + 2 * NC) return;
     double acc = 0.0;
-    for (i64 b = 0; b < B; ++b) {
-        const double y = v[2 * b * n + j], z = v[(2 * b + 1) * n + j];
-        acc = __dadd_rn(acc, __dmul_rn(up[b], __dadd_rn(y, z)));
+    if (i < KC + CC) {
+        const bool is_dur = i < KC;
+        const double* v2 = is_dur ? dur2 : tr2;
+        const double* v1 = is_dur ? dur1 : tr1;
+        const i64 n = is_dur ? KC : CC, j = is_dur ? i : i - KC;
+        for (i64 b = 0; b < B; ++b) {
+            if (v2 && !(redo && redo[b])) {
+                const double y = v2[2 * b * n + j], z = v2[(2 * b + 1) * n + j];
+                acc = __dadd_rn(acc, __dmul_rn(up[b], __dadd_rn(y, z)));
+            } else {
+                acc = __dadd_rn(acc, __dmul_rn(up[b], v1[b * n + j]));
+            }
+        }
+    } else {
+        const i64 k = i - KC - CC;
+        const double* v = k < NC ? st : en;
+        const i64 j = k < NC ? k : k - NC;
+        for (i64 b = 0; b < B; ++b) acc = __dadd_rn(acc, __dmul_rn(up[b], v[b * NC + j]));
     }
     red[i] = acc;
+}
+
+// `rerun_list`: the sequences `kernels/meet.cu` gave up (flag set), in ascending order, then
+// -1 up to B entries: the `seq` of a log-domain launch of B blocks whose blocks beyond the
+// list return at once (decided on the device, so that the host need not read the flags).
+extern "C" __global__ void rerun_list(const int* flags, int* seq, const i64 B) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    i64 n = 0;
+    for (i64 b = 0; b < B; ++b)
+        if (flags[b]) seq[n++] = (int)b;
+    for (; n < B; ++n) seq[n] = -1;
+}
+
+// `take_even`: dst[i] = src[2·i] for i < n (log Z out of the `(log Z, h)` pairs of a forward
+// pass), as f64, or rounded to the nearest f32 (as the host's `as f32`) where `f32out`.
+extern "C" __global__ void take_even(const double* src, void* dst, const i64 n,
+                                     const int f32out) {
+    const i64 step = (i64)blockDim.x * gridDim.x;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        if (f32out)
+            ((float*)dst)[i] = __double2float_rn(src[2 * i]);
+        else
+            ((double*)dst)[i] = src[2 * i];
+    }
 }
 
 // `shared_check`: the shared parameters (transition, duration, start, end) when they too are

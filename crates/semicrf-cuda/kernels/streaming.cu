@@ -58,7 +58,8 @@ struct Args {
     double* ptr;        // (B, C, C) or (B, K, C, C) transition marginals per sequence
     double* pst;        // (B, C) start marginals
     double* pen;        // (B, C) end marginals
-    const int* seq;     // (grid) the sequence of each block, or null (block b runs sequence b)
+    const int* seq;     // (grid) the sequence of each block (-1: none, the block returns), or
+                        // null (block b runs sequence b)
     i64 T, K, C;
     int team;
     int ch;         // positions staged in shared memory at a time
@@ -128,6 +129,7 @@ __device__ __forceinline__ I slot_fwd(I x, int y, I K) {
 template <int SR>
 __device__ void fwd_static(const Args& a) {
     const int b = a.seq ? a.seq[blockIdx.x] : (int)blockIdx.x;
+    if (b < 0) return;  // an entry beyond a list made on the device (the whole block)
     const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
     const int team = a.team, nteams = blockDim.x / team;
     const int g = threadIdx.x / team, l = threadIdx.x % team;
@@ -258,6 +260,7 @@ __device__ void fwd_static(const Args& a) {
 template <int SR>
 __device__ void fwd_dd(const Args& a) {
     const int b = a.seq ? a.seq[blockIdx.x] : (int)blockIdx.x;
+    if (b < 0) return;  // an entry beyond a list made on the device (the whole block)
     const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
     const int team = a.team, nteams = blockDim.x / team;
     const int g = threadIdx.x / team, l = threadIdx.x % team;
@@ -416,6 +419,7 @@ __device__ void bwd_flush(const Args& a, int b, const double* pd, const double* 
 // u and α, and the end boundary of the position before each.
 __device__ void bwd_static(const Args& a) {
     const int b = a.seq ? a.seq[blockIdx.x] : (int)blockIdx.x;
+    if (b < 0) return;  // an entry beyond a list made on the device (the whole block)
     const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
     const double z = a.lz[b];
     const int team = a.team, nteams = blockDim.x / team;
@@ -548,6 +552,7 @@ __device__ void bwd_static(const Args& a) {
 //     transition marginals exp(α_s(i) + transition[d-1, i, j] + h(s, d, j) - log Z).
 __device__ void bwd_dd(const Args& a) {
     const int b = a.seq ? a.seq[blockIdx.x] : (int)blockIdx.x;
+    if (b < 0) return;  // an entry beyond a list made on the device (the whole block)
     const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
     const double z = a.lz[b];
     const int team = a.team, nteams = blockDim.x / team;

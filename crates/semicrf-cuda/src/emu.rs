@@ -1,5 +1,5 @@
 //! Test support: the CPU emulation of the kernels (`tests/emu`, built with the C++ compiler),
-//! which the tests of the meet kernels, of `meet_sum` and of `check_input` run.
+//! which the tests of the meet kernels, of `shared_sum` and of `check_input` run.
 
 use crate::kernel::args::layouts;
 

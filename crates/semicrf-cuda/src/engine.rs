@@ -251,6 +251,52 @@ impl CudaEngine {
         )
     }
 
+    /// [`CudaEngine::backward_into`] queued: the same results, bit for bit, written into
+    /// `out` (which must include log Z), and nothing returned on the host, so that the call
+    /// can return once its work is queued, before the device has done it. It does where the
+    /// potentials hold no `-inf` (within the lengths; then every sequence has a finite log Z,
+    /// known before the call) and every input is on one of the outputs' streams. Otherwise
+    /// it waits as [`CudaEngine::backward_into`] does, which also reports a sequence without
+    /// a segmentation ([`Error::Infeasible`]).
+    ///
+    /// Queued, the decisions the other calls make on the host from results read back are
+    /// made on the device: log Z goes to the backward pass there, the sequences the
+    /// linear-domain kernels give up are listed and rerun there (not counted by
+    /// [`CudaEngine::reruns`]), and the shared parameters' gradients are summed there in the
+    /// host's order and rounding. A training loop then has the host prepare the next step
+    /// while the device runs this one. The only wait left is the input checks' read-back
+    /// when the potentials are built ([`DevicePotentialsBuilder::build`]).
+    ///
+    /// [`DevicePotentialsBuilder::build`]: crate::DevicePotentialsBuilder::build
+    pub fn backward_into_queued(
+        &self,
+        p: &DevicePotentials<'_>,
+        upstream: &[f64],
+        out: DeviceOutputs<'_>,
+    ) -> Result<()> {
+        if !out.has_log_z() {
+            return Err(Error::Unsupported {
+                backend: self.backend(),
+                what: "a queued backward pass without an output for log Z (DeviceOutputs::log_z)"
+                    .into(),
+            });
+        }
+        if !p.feasible {
+            return self.backward_into(p, upstream, out).map(|_| ());
+        }
+        let gpu = self.resident(p)?;
+        semicrf_core::check_upstream(upstream, p.shape().batch)?;
+        let backend = self.backend();
+        out.check_on(&gpu, &backend, p)?;
+        semicrf_core::range::check_probabilities_of(p.magnitudes(), p.lengths())?;
+        out.wait_for_owners(&gpu, &backend, p)?;
+        let joined: Vec<usize> = out.streams().collect();
+        let wait = p.streams().any(|s| !joined.contains(&s));
+        let then = |call: &StreamCall<'_>, q| out.finish_queued(call, q, wait);
+        let (src, to, linear) = (p.source(), out.targets(), self.linear);
+        streaming::backward_queued(&gpu, &backend, &p.model, src, upstream, linear, &to, then)
+    }
+
     /// Viterbi decodings of potentials in device memory, as [`Engine::viterbi`]. The
     /// streaming algorithm only.
     pub fn viterbi_on_device(&self, p: &DevicePotentials<'_>) -> Result<Vec<Decoded>> {

@@ -25,13 +25,14 @@ const ORDER: [&str; 15] = [
 ];
 
 /// Modules for tests only, which may use any other.
-const TEST_ONLY: [&str; 6] = [
+const TEST_ONLY: [&str; 7] = [
     "emu",
     "layering",
     "meet::tests",
     "logdomain::tests",
     "sample::tests",
     "kbest::tests",
+    "outputs::tests",
 ];
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -91,7 +91,7 @@
 //!
 //! **Copies.** A call's inputs go to the device in two copies (below 2 MB, from the caller's
 //! own arrays) and its small results come back in one; the batch's duration and transition
-//! gradients are summed on the device (`meet_sum` in `kernels/io.cu`, the host's order and
+//! gradients are summed on the device (`shared_sum` in `kernels/io.cu`, the host's order and
 //! rounding). The kernels' own buffers are one allocation. A backward pass's results of at
 //! most 4 MB in all are copied into a page-locked buffer by copies enqueued behind its
 //! kernels, with one wait for all of them, and the calling thread makes the host arrays they

@@ -4,6 +4,7 @@
 //! back its buffers.
 
 pub(crate) mod model;
+pub(crate) mod sums;
 
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, ValidAsZeroBits};
 use ndarray::ArrayView3;
@@ -205,12 +206,15 @@ impl<'g> StreamCall<'g> {
     /// A list of sequences, on the host and on the device.
     pub(crate) fn seq(&self, host: Vec<usize>) -> Result<Seq> {
         if host.is_empty() {
-            return Ok(Seq { host, dev: None });
+            return Ok(Seq {
+                blocks: 0,
+                dev: None,
+            });
         }
         let v: Vec<i32> = host.iter().map(|&b| b as i32).collect();
         let dev = self.gpu.upload(&v).map_err(|e| self.err(e))?;
         Ok(Seq {
-            host,
+            blocks: host.len(),
             dev: Some(dev),
         })
     }
@@ -298,9 +302,11 @@ impl StreamCall<'_> {
     }
 }
 
-/// Sequences to run a kernel on.
+/// Sequences to run a kernel on: one block each, block `i` on sequence `dev[i]`; a block
+/// whose entry is negative returns at once (a list made on the device, `rerun_list` in
+/// `kernels/io.cu`, padded to `blocks` entries with -1).
 pub(crate) struct Seq {
-    pub(crate) host: Vec<usize>,
+    pub(crate) blocks: usize,
     /// `None` for an empty list.
     pub(crate) dev: Option<CudaSlice<i32>>,
 }

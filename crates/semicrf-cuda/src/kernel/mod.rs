@@ -211,8 +211,12 @@ kernels! {
     MeetBwdLogR = "meet_bwd_log_r",
     /// `kernels/io.cu`: checks of potentials on the device.
     CheckInput = "check_input",
-    /// The batch's weighted duration and transition marginals of the meet backward.
-    MeetSum = "meet_sum",
+    /// The batch's weighted gradients of the shared parameters.
+    SharedSum = "shared_sum",
+    /// The sequences the meet kernels gave up, listed on the device.
+    RerunList = "rerun_list",
+    /// log Z out of a forward pass's `(log Z, h)` pairs.
+    TakeEven = "take_even",
     /// `f64` results into a caller's `f32` buffer.
     NarrowF32 = "narrow_f32",
     /// `kernels/kbest.cu`: the k best segmentations.

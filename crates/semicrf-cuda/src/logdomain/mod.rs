@@ -124,7 +124,7 @@ impl StreamCall<'_> {
         let blocks = match seq {
             Some(q) => {
                 args.seq = self.opt(&q.dev);
-                q.host.len()
+                q.blocks
             }
             None => sh.batch,
         };
@@ -281,14 +281,27 @@ impl LogGrads {
         alpha: DevPtr,
         u: DevPtr,
     ) -> Result<[CudaSlice<f64>; 4]> {
+        let lz = call.gpu.upload(log_z).map_err(|e| call.err(e))?;
+        let [ring, ring2, pdur] = self.fill_at(call, a, call.ptr(&lz), alpha, u)?;
+        Ok([ring, ring2, lz, pdur])
+    }
+
+    /// [`LogGrads::fill`] with log Z (`B` values) already on the device at `lz`.
+    pub(crate) fn fill_at(
+        &self,
+        call: &StreamCall<'_>,
+        a: &mut StreamArgs,
+        lz: DevPtr,
+        alpha: DevPtr,
+        u: DevPtr,
+    ) -> Result<[CudaSlice<f64>; 3]> {
         let sh = call.shape;
         let n = sh.batch * sh.max_duration * sh.labels;
         let ring = call.zeros::<f64>(n)?;
         let ring2 = call.zeros::<f64>(n)?;
         let pdur = call.zeros::<f64>(n)?;
-        let lz = call.gpu.upload(log_z).map_err(|e| call.err(e))?;
         a.up = call.up;
-        a.lz = call.ptr(&lz);
+        a.lz = lz;
         a.ring = call.ptr(&ring);
         a.ring2 = call.ptr(&ring2);
         a.ringh = call.ptr(&pdur);
@@ -302,7 +315,7 @@ impl LogGrads {
         a.ptr = call.ptr(part(&self.ptr, call)?);
         a.pst = self.pst;
         a.pen = self.pen;
-        Ok([ring, ring2, lz, pdur])
+        Ok([ring, ring2, pdur])
     }
 }
 

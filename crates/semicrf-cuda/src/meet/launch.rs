@@ -1,13 +1,14 @@
 //! Launching the meet kernels: one call's buffers (one allocation), the small outputs read
 //! back in one copy, the forward pass (`meet_fwd_log`, `meet_z_log`) and the backward pass
-//! (`meet_save_log`, `meet_bwd_log`, `meet_sum`).
+//! (`meet_save_log`, `meet_bwd_log`, then `shared_sum`).
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use semicrf_core::{Error, Result};
 
 use super::plan::{Layout, layout, placed, rows, state_words};
+use crate::call::sums::{SumInputs, shared_sum};
 use crate::call::{Buf, StreamCall, Targets};
-use crate::kernel::{DevPtr, Kernel, MeetArgs, MeetPass, max_threads};
+use crate::kernel::{DevPtr, MeetArgs, MeetPass, max_threads};
 
 /// Buffers of one call of the kernels, carved out of one zeroed allocation (one allocation
 /// and one memset instead of one of each a buffer: at S1 a few microseconds each, spent
@@ -32,7 +33,7 @@ pub(crate) struct Bufs {
 /// The small outputs of one call, at the start of [`Bufs`]' allocation, read back in one
 /// copy: `(log Z, 0)` per sequence, the flags (`i32`, two a word), and for a backward pass
 /// the start and end marginals, the batch's weighted duration and transition marginals
-/// (`meet_sum`), then (read only when a sequence is rerun) each sweep's duration and
+/// (`shared_sum`), then (read only when a sequence is rerun) each sweep's duration and
 /// transition marginals.
 pub(crate) struct SmallWords {
     base: DevPtr,
@@ -140,32 +141,20 @@ impl SmallWords {
         }
     }
 
-    /// Launches `meet_sum`: the batch's weighted duration and transition marginals.
+    /// Launches `shared_sum` (`kernels/io.cu`) on the two sweeps' duration and transition
+    /// marginals: the batch's weighted sums, as the host's `weighted` sums them.
     fn sum(&self, call: &StreamCall<'_>) -> Result<()> {
-        let n = self.kc + self.cc;
-        if n == 0 {
-            return Ok(());
-        }
-        let f = call.gpu.function(Kernel::MeetSum);
-        let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(256) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
+        let s = SumInputs {
+            two: Some((self.pdur(), self.ptr())),
+            one: (DevPtr::NULL, DevPtr::NULL),
+            ends: (DevPtr::NULL, DevPtr::NULL),
+            redo: DevPtr::NULL,
+            b: self.b,
+            kc: self.kc,
+            cc: self.cc,
+            nc: 0,
         };
-        let (pdur, ptr, red) = (self.pdur(), self.ptr(), self.at(self.sum_words()));
-        let (b, kc, cc) = (self.b as i64, self.kc as i64, self.cc as i64);
-        let mut l = call.gpu.stream.launch_builder(f);
-        l.arg(&pdur)
-            .arg(&ptr)
-            .arg(&call.up)
-            .arg(&red)
-            .arg(&b)
-            .arg(&kc)
-            .arg(&cc);
-        // SAFETY: the arguments are `meet_sum`'s; the per-sweep marginals hold 2·B·(K·C)
-        // and 2·B·(C·C) words, the upstream gradient B, `red` K·C + C·C; one thread per item.
-        unsafe { l.launch(cfg) }.map_err(|e| call.err(e))?;
-        Ok(())
+        shared_sum(call, &s, self.at(self.sum_words()))
     }
 }
 

@@ -56,6 +56,9 @@ pub struct DevicePotentials<'a> {
     pub(crate) begin_boundary: Option<DeviceArray<'a>>,
     pub(crate) end_boundary: Option<DeviceArray<'a>>,
     pub(crate) magnitudes: Vec<Magnitude>,
+    /// Whether no input holds a `-inf` (within the lengths): then every sequence has a
+    /// segmentation of finite score, so a finite log Z, known before a call runs.
+    pub(crate) feasible: bool,
     /// The device it was checked on.
     pub(crate) ordinal: usize,
 }
@@ -93,6 +96,13 @@ impl<'a> DevicePotentials<'a> {
     /// Each sequence's magnitude bound (see [`semicrf_core::range`]).
     pub fn magnitudes(&self) -> &[Magnitude] {
         &self.magnitudes
+    }
+
+    /// Whether no input holds a `-inf` within the lengths, as the checks found: every
+    /// sequence then has a segmentation of finite score, hence a finite log Z, known before
+    /// a call runs (where [`crate::CudaEngine::backward_into_queued`] need not wait).
+    pub fn sure_feasible(&self) -> bool {
+        self.feasible
     }
 
     /// The element type of the scores and boundaries.
@@ -262,6 +272,7 @@ impl<'a> DevicePotentialsBuilder<'a> {
             begin_boundary: self.begin_boundary,
             end_boundary: self.end_boundary,
             magnitudes: Vec::new(),
+            feasible: false,
             ordinal,
         };
         let gpu = gpu()?;
@@ -304,6 +315,10 @@ impl<'a> DevicePotentialsBuilder<'a> {
         };
         p.magnitudes = magnitudes(&gpu, &backend, &p, &words, &shared)?;
         range::check_finite_results(&p.magnitudes, &p.model.lengths)?;
+        let m = &p.model;
+        let params = m.tr.iter().chain(&m.dur).chain(&m.st).chain(&m.en);
+        p.feasible = !params.into_iter().any(|&x| x == f64::NEG_INFINITY)
+            && !any_neg_inf(&words, b, p.arrays().count());
         Ok(p)
     }
 }
@@ -371,7 +386,13 @@ pub(crate) fn check_address(
 }
 
 /// Words per sequence and array that the kernel writes.
-const OUT: usize = 6;
+const OUT: usize = 7;
+
+/// Whether `check_input` found a `-inf` within a sequence's length in one of `arrays`
+/// arrays of `b` sequences (its words after the `b` bounds).
+fn any_neg_inf(words: &[f64], b: usize, arrays: usize) -> bool {
+    (0..arrays * b).any(|s| words[b + s * OUT + 6] != 0.0)
+}
 
 /// The checks' words, computed on the device and read back in one copy: each sequence's
 /// bound, then per array the words of `check_input` (NaN and `+inf`, and what the magnitude
@@ -551,6 +572,19 @@ mod tests {
 
     const NAMES: [&str; 3] = ["scores", "begin_boundary", "end_boundary"];
 
+    /// Whether a position tensor of `p` holds a `-inf` within a sequence's length.
+    fn has_neg_inf(p: &OwnedPotentials<f64>) -> bool {
+        let arrays = [
+            &p.scores,
+            p.begin_boundary.as_ref().unwrap(),
+            p.end_boundary.as_ref().unwrap(),
+        ];
+        arrays.iter().any(|a| {
+            a.indexed_iter()
+                .any(|(i, &x)| i[1] < p.lengths[i[0]] && x == f64::NEG_INFINITY)
+        })
+    }
+
     /// Runs `check_input` of `kernels/io.cu` under the CPU emulation of `tests/emu` on the
     /// scores and both boundaries of `p` in turn (`f32`: as `f32`), with `threads` per block
     /// and the bounds starting from `start`: the kernel's words.
@@ -623,7 +657,19 @@ mod tests {
                     let words = emulate(&exe, &owned, &start, f32, threads);
                     let got = assemble(&words, b, &NAMES, &shared);
                     assert_eq!(got, Checked::Bounds(p.magnitudes().to_vec()), "{what}");
+                    assert_eq!(any_neg_inf(&words, b, 3), has_neg_inf(&owned), "{what}");
                 }
+                // A -inf beyond a length is not flagged; one within it is.
+                let mut cut = owned.clone();
+                let last = cut.lengths[b - 1];
+                if last < t {
+                    cut.end_boundary.as_mut().unwrap()[[b - 1, last, 0]] = f64::NEG_INFINITY;
+                    let words = emulate(&exe, &cut, &start, f32, 64);
+                    assert!(!any_neg_inf(&words, b, 3), "{what}: beyond the length");
+                }
+                cut.scores[[b - 1, last - 1, c - 1]] = f64::NEG_INFINITY;
+                let words = emulate(&exe, &cut, &start, f32, 64);
+                assert!(any_neg_inf(&words, b, 3), "{what}: within the length");
                 // NaN in the end boundary (one beyond sequence 1's length), NaN and +inf in one
                 // row of the begin boundary, later in memory order: the core names the begin
                 // boundary's first.

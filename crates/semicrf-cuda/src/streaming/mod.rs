@@ -4,11 +4,13 @@
 //! the memory a call needs ([`memory`]).
 
 pub(crate) mod memory;
+pub(crate) mod queued;
 pub(crate) mod results;
 
 use cudarc::driver::CudaSlice;
 use semicrf_core::{Decoded, Result, Scalar, decode_best};
 
+pub(crate) use queued::Queued;
 use results::StagedResults;
 use results::weighted;
 pub(crate) use results::{BackwardResults, ready_outputs};
@@ -170,6 +172,29 @@ pub(crate) fn backward<F: Scalar, R>(
     then(&call, g, arrays)
 }
 
+/// Forward and backward, queued ([`queued`]): the results on the device, given to `then` (with the call,
+/// to launch the copies into the caller's outputs) before the device is free for the next
+/// call. The potentials must hold no `-inf`.
+pub(crate) fn backward_queued<F: Scalar, R>(
+    gpu: &Gpu,
+    backend: &str,
+    model: &Model,
+    src: Source<'_, '_, F>,
+    upstream: &[f64],
+    meet: bool,
+    to: &Targets,
+    then: impl FnOnce(&StreamCall<'_>, Queued) -> Result<R>,
+) -> Result<R> {
+    let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let setup = meet_setup(gpu, model, meet);
+    let call = StreamCall::new(gpu, backend, model, src, upstream, setup)?;
+    let q = match call.par {
+        Some(par) => queued::meet_queued(&call, par, to)?,
+        None => queued::log_queued(&call, to)?,
+    };
+    then(&call, q)
+}
+
 /// The log-domain backward of every sequence, with the host arrays of [`ready_outputs`]
 /// where `host`.
 fn log_backward<'g>(
@@ -321,7 +346,7 @@ fn meet_backward<'g>(
     semicrf_core::check_feasible(&log_z)?;
     let again = |b: usize| redo.binary_search(&b).is_err();
     let (tr, dur) = if redo.is_empty() {
-        // Summed on the device (`meet_sum`), as `weighted` sums them.
+        // Summed on the device (`shared_sum`), as `weighted` sums them.
         (
             std::mem::take(&mut small.tr),
             std::mem::take(&mut small.dur),
@@ -356,10 +381,12 @@ fn meet_backward<'g>(
 mod tests {
     use super::results::weighted;
 
-    /// `meet_sum` (`kernels/io.cu`), run on the CPU, sums the per-sweep marginals exactly as
-    /// the host's `weighted` does, bit for bit, in shapes of one and several thread blocks.
+    /// `shared_sum` (`kernels/io.cu`), run on the CPU, sums the per-sequence values exactly
+    /// as the host's `weighted` does, bit for bit: the meet kernels' two sweeps alone, one
+    /// row a sequence alone (the log-domain backward), the two mixed by the flags of the
+    /// sequences rerun, and the start and end marginals; one and several thread blocks.
     #[test]
-    fn meet_sum_is_the_hosts_weighted_sum() {
+    fn shared_sum_is_the_hosts_weighted_sum() {
         let exe = crate::emu::build_emulator("semicrf-sum-emu", "sum_main.cpp", &[]);
         let Some(exe) = exe else { return };
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -369,24 +396,50 @@ mod tests {
             x ^= x << 17;
             (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 0.5
         };
-        for (b, kc, cc) in [(1, 7, 9), (5, 300, 64), (3, 2400, 576)] {
-            let pdur: Vec<f64> = (0..b * 2 * kc).map(|_| next()).collect();
-            let ptr: Vec<f64> = (0..b * 2 * cc).map(|_| next()).collect();
-            let up: Vec<f64> = (0..b).map(|_| next() * 3.0).collect();
-            let mut buf = Vec::new();
-            for v in [b, kc, cc] {
-                buf.extend_from_slice(&(v as i64).to_le_bytes());
+        let shapes = [
+            (1, 7, 9, 3),
+            (5, 300, 64, 8),
+            (3, 2400, 576, 24),
+            (6, 40, 1000, 5),
+        ];
+        for (b, kc, cc, nc) in shapes {
+            for (two, redo) in [(true, false), (false, false), (true, true)] {
+                let mut draw = |n: usize| -> Vec<f64> { (0..n).map(|_| next()).collect() };
+                let (dur2, tr2) = (draw(b * 2 * kc), draw(b * 2 * cc));
+                let (dur1, tr1) = (draw(b * kc), draw(b * cc));
+                let (st, en) = (draw(b * nc), draw(b * nc));
+                let up: Vec<f64> = draw(b).into_iter().map(|u| u * 3.0).collect();
+                let flags: Vec<i64> = (0..b).map(|s| (redo && s % 2 == 1) as i64).collect();
+                let mut buf = Vec::new();
+                for v in [b, kc, cc, nc, two as usize, redo as usize] {
+                    buf.extend_from_slice(&(v as i64).to_le_bytes());
+                }
+                let sweeps = if two {
+                    [&dur2[..], &tr2[..]]
+                } else {
+                    [&[][..], &[][..]]
+                };
+                let all = sweeps.into_iter().chain([&dur1[..], &tr1, &st, &en, &up]);
+                for v in all.flatten() {
+                    buf.extend_from_slice(&v.to_le_bytes());
+                }
+                if redo {
+                    for f in &flags {
+                        buf.extend_from_slice(&f.to_le_bytes());
+                    }
+                }
+                let red = crate::emu::run_emulated(&exe, &buf);
+                let swept = |s: usize| two && flags[s] == 0;
+                let want: Vec<f64> = weighted(&up, b, &dur1, kc, swept, &dur2)
+                    .into_iter()
+                    .chain(weighted(&up, b, &tr1, cc, swept, &tr2))
+                    .chain(weighted(&up, b, &st, nc, |_| false, &[]))
+                    .chain(weighted(&up, b, &en, nc, |_| false, &[]))
+                    .collect();
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let what = format!("B {b}, K·C {kc}, C·C {cc}, C {nc}, two {two}, redo {redo}");
+                assert_eq!(bits(&red), bits(&want), "{what}");
             }
-            for v in pdur.iter().chain(&ptr).chain(&up) {
-                buf.extend_from_slice(&v.to_le_bytes());
-            }
-            let red = crate::emu::run_emulated(&exe, &buf);
-            let want: Vec<f64> = weighted(&up, b, &[], kc, |_| true, &pdur)
-                .into_iter()
-                .chain(weighted(&up, b, &[], cc, |_| true, &ptr))
-                .collect();
-            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&red), bits(&want), "B {b}, K·C {kc}, C·C {cc}");
         }
     }
 }

@@ -6,7 +6,8 @@
 // bound[B] (the bounds' starting values); then n arrays of B·T·C values, f32 when `f32in`,
 // else f64.
 //
-// OUTPUT: f64 bound[B] (after every array), then per array f64 out[B·6].
+// OUTPUT: f64 bound[B] (after every array), then per array f64 out[B·7] (the seventh word: a
+// -inf within the length).
 #include "emu.h"
 
 #include <cstdio>
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
     const long long B = h[0], T = h[1], C = h[2], f32in = h[3], threads = h[4], n = h[5];
     const auto len = emu::read<long long>(in, B);
     auto words = emu::read<double>(in, B);
-    words.resize(B + n * B * 6);
+    words.resize(B + n * B * 7);
     std::vector<std::vector<char>> arrays;
     const size_t bytes = (size_t)(B * T * C) * (f32in ? 4 : 8);
     for (long long i = 0; i < n; ++i) arrays.push_back(emu::read<char>(in, bytes));
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
         a.rowarg = rowarg.data();
         a.rowbad = rowbad.data();
         a.bound = words.data();
-        a.out = words.data() + B + i * B * 6;
+        a.out = words.data() + B + i * B * 7;
         a.T = T;
         a.C = C;
         a.f32in = (int)f32in;

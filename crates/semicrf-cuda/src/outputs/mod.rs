@@ -9,11 +9,12 @@ use cudarc::driver::{CudaSlice, DevicePtrMut, DeviceRepr, LaunchConfig, PushKern
 use ndarray::{Array1, Array2, ArrayD};
 use semicrf_core::{Error, Result, Shape};
 
-use crate::call::{Buf, StreamCall, Targets};
+use crate::call::sums::take_even;
+use crate::call::{StreamCall, Targets};
 use crate::device::{Gpu, join, wait_for};
 use crate::kernel::{DevPtr, Kernel};
 use crate::resident::{DeviceArray, DevicePotentials, Dtype, check_address};
-use crate::streaming::BackwardResults;
+use crate::streaming::{BackwardResults, Queued};
 
 /// A writable array in device memory (a backward pass's output), row-major and contiguous,
 /// borrowed mutably for `'a`: the counterpart of [`DeviceArray`], from a cudarc buffer or
@@ -396,7 +397,7 @@ impl<'a> DeviceOutputs<'a> {
             ];
             for (src, dst) in pairs {
                 if let (Some(src), Some(dst)) = (src, dst) {
-                    narrow(call, src, dst)?;
+                    narrow(call, src.ptr(call), dst)?;
                 }
             }
         }
@@ -424,6 +425,23 @@ impl<'a> DeviceOutputs<'a> {
                 .map_err(err)?;
             }
         }
+        self.release(call, wait)?;
+        Ok(HostBackward {
+            log_z: out.log_z,
+            transition: out.transition,
+            duration: out.duration,
+            start: out.start,
+            end: out.end,
+        })
+    }
+}
+
+impl DeviceOutputs<'_> {
+    /// Every output's stream made to wait for the call's writes (queued on the engine's
+    /// stream), and where `wait`, the call's work done.
+    fn release(&self, call: &StreamCall<'_>, wait: bool) -> Result<()> {
+        let gpu = call.gpu;
+        let err = |e| call.err(e);
         let mut seen = Vec::new();
         for (_, a) in self.arrays() {
             if !seen.contains(&a.stream) {
@@ -436,13 +454,58 @@ impl<'a> DeviceOutputs<'a> {
         if wait {
             gpu.stream.synchronize().map_err(err)?;
         }
-        Ok(HostBackward {
-            log_z: out.log_z,
-            transition: out.transition,
-            duration: out.duration,
-            start: out.start,
-            end: out.end,
-        })
+        Ok(())
+    }
+
+    /// After a queued pass's kernels ([`crate::streaming::Queued`]): the `f32` outputs from
+    /// the engine's buffers, log Z and the shared parameters' gradients copied (or rounded)
+    /// on the device from the pass's results, then every output's stream made to wait for
+    /// the writes. Where `wait`, the call's work is done when this returns.
+    pub(crate) fn finish_queued(&self, call: &StreamCall<'_>, q: Queued, wait: bool) -> Result<()> {
+        let sh = call.shape;
+        let (b, k, c) = (sh.batch, sh.max_duration, sh.labels);
+        if self.scores.dtype == Dtype::F32 {
+            let pairs = [
+                (Some(&q.gsc), Some(&self.scores)),
+                (q.gbb.as_ref(), self.begin_boundary.as_ref()),
+                (q.geb.as_ref(), self.end_boundary.as_ref()),
+                (Some(&q.bmarg), self.boundary.as_ref()),
+            ];
+            for (src, dst) in pairs {
+                if let (Some(src), Some(dst)) = (src, dst) {
+                    narrow(call, src.ptr(call), dst)?;
+                }
+            }
+        }
+        if let Some(lz) = &self.log_z {
+            let f32 = lz.dtype == Dtype::F32;
+            take_even(call, q.pairs, DevPtr::at(lz.ptr), b, f32)?;
+        }
+        // Where each sum lies among `q.red`'s words: duration, transition, start, end.
+        let red = call.ptr(&q.red);
+        let (kc, ntr) = (k * c, q.ntr);
+        let at = [kc, 0, kc + ntr, kc + ntr + c];
+        for (dst, words) in self.shared.iter().zip(at) {
+            let Some(dst) = dst else { continue };
+            let from = red.words(words);
+            match dst.dtype {
+                Dtype::F32 => narrow(call, from, dst)?,
+                Dtype::F64 => {
+                    // SAFETY: `dst` holds `dst.len` f64 of this device (checked), as many as
+                    // the sum at `from`; the copy is ordered on the engine's stream.
+                    unsafe {
+                        cudarc::driver::result::memcpy_dtod_async(
+                            dst.ptr,
+                            from.addr(),
+                            dst.len * 8,
+                            call.gpu.stream.cu_stream(),
+                        )
+                    }
+                    .map_err(|e| call.err(e))?;
+                }
+            }
+        }
+        self.release(call, wait)
     }
 }
 
@@ -451,9 +514,9 @@ fn slice<D: ndarray::Dimension>(a: &ndarray::Array<f64, D>) -> &[f64] {
     a.as_slice_memory_order().unwrap_or(&[])
 }
 
-/// `narrow_f32` of the engine's result `src` into the caller's `f32` array `dst`.
-fn narrow(call: &StreamCall<'_>, src: &Buf, dst: &DeviceArrayMut<'_>) -> Result<()> {
-    let (from, n) = (src.ptr(call), dst.len as i64);
+/// `narrow_f32` of the engine's result at `from` into the caller's `f32` array `dst`.
+fn narrow(call: &StreamCall<'_>, from: DevPtr, dst: &DeviceArrayMut<'_>) -> Result<()> {
+    let n = dst.len as i64;
     let to = DevPtr::at(dst.ptr);
     let cfg = LaunchConfig {
         grid_dim: (dst.len.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
@@ -489,163 +552,4 @@ pub struct HostBackward {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MIB: u64 = 1 << 20;
-
-    /// Outputs at made-up addresses, never touched (the checks read no memory).
-    fn raw(at: u64, len: usize, dtype: Dtype) -> DeviceArrayMut<'static> {
-        // SAFETY: only checked, never used.
-        unsafe { DeviceArrayMut::from_raw(at, len, dtype, std::ptr::null_mut()) }
-    }
-
-    fn check(out: &DeviceOutputs<'_>, has: [bool; 2]) -> Result<()> {
-        let inputs = [("scores", 100 * MIB, 2 * 5 * 3 * 8)];
-        out.check(
-            "cuda/streaming",
-            Shape::new(2, 5, 4, 3),
-            Dtype::F64,
-            has,
-            false,
-            &inputs,
-        )
-    }
-
-    /// Outputs of the right lengths, element type and boundaries pass; a wrong length, a
-    /// wrong element type, a missing or extra boundary output and overlapping arrays are
-    /// refused with errors that name them.
-    #[test]
-    fn outputs_are_checked_against_the_problem() {
-        let (btc, bt, b) = (30, 10, 2);
-        let full = || {
-            DeviceOutputs::new(raw(MIB, btc, Dtype::F64))
-                .begin_boundary(raw(2 * MIB, btc, Dtype::F64))
-                .end_boundary(raw(3 * MIB, btc, Dtype::F64))
-                .boundary(raw(4 * MIB, bt, Dtype::F64))
-                .log_z(raw(5 * MIB, b, Dtype::F64))
-        };
-        check(&full(), [true, true]).unwrap();
-        check(
-            &DeviceOutputs::new(raw(MIB, btc, Dtype::F64)),
-            [false, false],
-        )
-        .unwrap();
-
-        let shape_of = |r: Result<()>| match r {
-            Err(Error::Shape { tensor, got, .. }) => (tensor, got),
-            other => panic!("{other:?}"),
-        };
-        let short = DeviceOutputs::new(raw(MIB, btc - 1, Dtype::F64));
-        assert_eq!(
-            shape_of(check(&short, [false; 2])),
-            ("scores output", vec![29])
-        );
-        let bm =
-            DeviceOutputs::new(raw(MIB, btc, Dtype::F64)).boundary(raw(4 * MIB, btc, Dtype::F64));
-        assert_eq!(
-            shape_of(check(&bm, [false; 2])),
-            ("boundary output", vec![30])
-        );
-        let lz = DeviceOutputs::new(raw(MIB, btc, Dtype::F64)).log_z(raw(4 * MIB, bt, Dtype::F64));
-        assert_eq!(shape_of(check(&lz, [false; 2])), ("log_z output", vec![10]));
-
-        let what = |r: Result<()>| match r {
-            Err(Error::Unsupported { what, .. }) => what,
-            other => panic!("{other:?}"),
-        };
-        let f32 = DeviceOutputs::new(raw(MIB, btc, Dtype::F32));
-        assert!(what(check(&f32, [false; 2])).contains("F32 for potentials of F64"));
-        let mixed = full().log_z(raw(5 * MIB, b, Dtype::F32));
-        assert!(what(check(&mixed, [true; 2])).starts_with("log_z output of F32"));
-        let w = what(check(&full(), [true, false]));
-        assert!(
-            w.contains("end boundary's gradient on a problem without"),
-            "{w}"
-        );
-        let no_bb = DeviceOutputs::new(raw(MIB, btc, Dtype::F64)).end_boundary(raw(
-            3 * MIB,
-            btc,
-            Dtype::F64,
-        ));
-        let w = what(check(&no_bb, [true, true]));
-        assert!(w.contains("begin boundary without an output"), "{w}");
-        // One byte of overlap, between two outputs and with an input.
-        let o = DeviceOutputs::new(raw(MIB, btc, Dtype::F64)).boundary(raw(
-            MIB + 8 * 30 - 1,
-            bt,
-            Dtype::F64,
-        ));
-        assert_eq!(
-            what(check(&o, [false; 2])),
-            "scores output overlapping boundary output in device memory"
-        );
-        let o = DeviceOutputs::new(raw(100 * MIB + 8 * 29, btc, Dtype::F64));
-        assert_eq!(
-            what(check(&o, [false; 2])),
-            "scores output overlapping scores in device memory"
-        );
-        let o = DeviceOutputs::new(raw(MIB + 8 * 30, btc, Dtype::F64)).boundary(raw(
-            MIB,
-            bt,
-            Dtype::F64,
-        ));
-        check(&o, [false; 2]).unwrap();
-    }
-
-    /// `f64` outputs are the kernels' targets; `f32` ones are not (the engine narrows).
-    #[test]
-    fn only_f64_outputs_are_written_by_the_kernels() {
-        let t = DeviceOutputs::new(raw(MIB, 30, Dtype::F64))
-            .boundary(raw(4 * MIB, 10, Dtype::F64))
-            .targets();
-        assert_eq!(t.sc, Some(DevPtr::at(MIB)));
-        assert_eq!((t.bb, t.eb, t.bm), (None, None, Some(DevPtr::at(4 * MIB))));
-        let t = DeviceOutputs::new(raw(MIB, 30, Dtype::F32))
-            .boundary(raw(4 * MIB, 10, Dtype::F32))
-            .targets();
-        assert_eq!((t.sc, t.bm), (None, None));
-    }
-
-    /// `narrow_f32` (`kernels/io.cu`), run on the CPU, rounds every value as the host's
-    /// `as f32` does, bit for bit: values that round up, down and to even, beyond `f32`'s
-    /// range, subnormal and infinite, over a grid-stride loop of several rounds.
-    #[test]
-    fn narrow_f32_rounds_as_the_host_does() {
-        let exe = crate::emu::build_emulator("semicrf-narrow-emu", "narrow_main.cpp", &[]);
-        let Some(exe) = exe else { return };
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut v: Vec<f64> = (0..300)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                f64::from_bits(x) % 1e6
-            })
-            .filter(|y| y.is_finite())
-            .collect();
-        let half = f64::from(f32::EPSILON) / 2.0;
-        v.extend([
-            1.0 + half,
-            1.0 + 3.0 * half,
-            -(1.0 + half),
-            1e39,
-            -1e39,
-            1e-40,
-            -1e-45,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            0.0,
-            -0.0,
-            f64::from(f32::MAX) * (1.0 + half / 2.0),
-        ]);
-        let mut buf = (v.len() as i64).to_le_bytes().to_vec();
-        for y in &v {
-            buf.extend_from_slice(&y.to_le_bytes());
-        }
-        let got = crate::emu::run_emulated(&exe, &buf);
-        let want: Vec<u64> = v.iter().map(|&y| f64::from(y as f32).to_bits()).collect();
-        let got: Vec<u64> = got.iter().map(|y| y.to_bits()).collect();
-        assert_eq!(got, want);
-    }
-}
+mod tests;
