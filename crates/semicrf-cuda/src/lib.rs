@@ -118,12 +118,17 @@
 //! instead ([`DeviceOutputs`] of [`DeviceArrayMut`]s, such as tensors a framework allocated
 //! for the gradients), ordered before later work on their streams: by the kernels
 //! themselves for `f64`, through an `f64` scratch of each result and a rounding kernel
-//! (`narrow_f32` in `kernels/io.cu`) for `f32`.
+//! (`narrow_f32` in `kernels/io.cu`) for `f32`. [`CudaEngine::backward_into_queued`] gives
+//! the same results without waiting for them: log Z, the reruns of the sequences the
+//! linear-domain kernels give up and the shared parameters' sums stay on the device
+//! (`streaming/queued.rs`), so a training loop's host prepares the next step while the
+//! device runs this one.
 //!
 //! **Determinism.** Every reduction has a fixed order (lanes and threads in index order,
 //! then a fixed butterfly), every accumulator of a gradient is owned by one thread, and the
-//! batch is summed on the host in ascending order: results are bitwise identical from run to
-//! run. No float atomics are used.
+//! batch is summed in ascending order (on the host, or by one thread an item on the device,
+//! `shared_sum`, with the host's rounding): results are bitwise identical from run to run.
+//! No float atomics are used.
 //!
 //! # Potentials from a source
 //!
@@ -194,10 +199,10 @@
 //! | `kernel` | the contract with the kernels: sources, kernel ids, argument blocks and their layouts, shared constants |
 //! | `device` | a device opened: context, stream, NVRTC, loaded kernels, allocations, memory pool |
 //! | `transfer` | a call's inputs to the device; large copies through page-locked memory |
-//! | `call` | one call of the streaming kernels: its model and inputs on the device, the teams' plan |
+//! | `call` | one call of the streaming kernels: its model and inputs on the device, the teams' plan; the small kernels around its results (`call/sums.rs`) |
 //! | `logdomain` | the log-domain kernels (`kernels/streaming.cu`): every semiring and form |
 //! | `meet` | the meet kernels (`kernels/meet.cu`): the log semiring's linear-domain sweeps |
-//! | `streaming` | the streaming algorithm: meet where it can, log domain otherwise and for reruns; results, memory |
+//! | `streaming` | the streaming algorithm: meet where it can, log domain otherwise and for reruns; results, memory; the queued backward |
 //! | `edge` | the edge-form kernels (`kernels/edge.cu`): exact and scan |
 //! | `resident` | potentials in device memory and results left there; their checks (`kernels/io.cu`) |
 //! | `outputs` | a backward pass's results written into the caller's device arrays; their checks, streams and `f32` conversion |
