@@ -63,7 +63,7 @@ impl Default for TrainConfig {
         TrainConfig {
             epochs: 2,
             batch: 8,
-            learning_rate: 0.01,
+            learning_rate: 0.003,
             l2: 0.01,
             max_exon: 8192,
             seed: 7,
