@@ -422,3 +422,45 @@ fn viterbi_skipping_forbidden_transitions_and_short_durations_matches_brute_forc
         }
     }
 }
+
+/// Begin boundaries `-inf` at most starts, as a gene model's are (a splice site or a start
+/// codon opens an exon, nothing else): the max sweep then scans a window over its finite
+/// entries only. Label `j` allows a start with probability `1, 1/2, 1/5, 1/20, 0`, so
+/// windows are dense, sparse, or hold no finite entry at all (their maximum `-inf` at the
+/// shortest duration). The segments and scores of the reference oracle, ties included, with
+/// every backpointer and with checkpoints.
+#[test]
+fn viterbi_over_windows_of_mostly_forbidden_starts_matches_the_reference_oracle() {
+    for seed in 0..10u64 {
+        let (t, k, c) = (120 + 53 * seed as usize, 4 + 7 * seed as usize, 5);
+        let mut owned = tied(300 + seed, 2, t, k, c, false);
+        let mut x = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1;
+        let bb = ArrayD::from_shape_fn(IxDyn(&[2, t, c]), |ix| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let every = [1, 2, 5, 20, 0][ix[2]];
+            if every > 0 && x % every == 0 {
+                (x / every % 3) as f64 - 1.0
+            } else {
+                f64::NEG_INFINITY
+            }
+        });
+        owned.begin_boundary = Some(bb);
+        let p = owned.view().unwrap();
+        let prob: Problem<f64> = p.clone().into();
+        let want = Reference.viterbi(&prob).unwrap();
+        assert!(want.iter().all(|d| d.score > f64::NEG_INFINITY));
+        assert_eq!(StreamingEngine::new().viterbi(&prob).unwrap(), want);
+        let s = StreamedPotentials::of(&p);
+        for (par, delta) in [
+            (Parallelism::Rayon, None),
+            (Parallelism::Sequential, Some(7)),
+        ] {
+            let e = StreamingEngine::new()
+                .parallelism(par)
+                .checkpoint_interval(delta);
+            assert_eq!(e.viterbi_streamed(&s).unwrap(), want, "seed {seed}");
+        }
+    }
+}

@@ -272,7 +272,7 @@ impl StreamingEngine {
                 let pipeline = self.pipelines(b, threads);
                 let ahead = pipeline.then_some(fwd + k.max(c));
                 let (delta, adaptive) = self.viterbi_delta(shape);
-                ByteCount::f64s(&[fwd + k.max(c) + viterbi::sweep_words(c)])
+                ByteCount::f64s(&[fwd + k.max(c) + viterbi::sweep_words(k, c)])
                     + viterbi::checkpointed_bytes(k, c, t, delta, adaptive, saved, ahead)
                     + reader
                     + if pipeline { reader } else { ByteCount::ZERO }
@@ -282,7 +282,7 @@ impl StreamingEngine {
                 // while C <= 256) per position and label.
                 let width =
                     if k <= u16::MAX as usize { 2 } else { 4 } + if c <= 256 { 1 } else { 4 };
-                ByteCount::f64s(&[fwd + k.max(c) + viterbi::sweep_words(c)])
+                ByteCount::f64s(&[fwd + k.max(c) + viterbi::sweep_words(k, c)])
                     + ByteCount::bytes(&[width, t.saturating_add(1), c])
             }
             Op::Backward => {

@@ -20,9 +20,11 @@
 //!   backpointers, hence the segments (ties included), are those of [`decode_full`].
 //!
 //! The static sweep skips what cannot win: a window's starts closer than the label's
-//! shortest finite duration, and in a transition column with at most a quarter of its
-//! entries finite, the `-inf` ones. The maxima and their first or last positions are those of
-//! the full scans, bitwise.
+//! shortest finite duration; in a window with at most a quarter of its ring entries finite
+//! (one bit per entry says which), the `-inf` ones (a gene model's windows hold mostly
+//! `-inf` starts: a begin boundary is finite only at a splice site or a start codon); and in
+//! a transition column with at most a quarter of its entries finite, the `-inf` ones. The
+//! maxima and their first or last positions are those of the full scans, bitwise.
 
 use semicrf_core::{Decoded, MaxSemiring, Scalar, Segment, decode_best};
 
