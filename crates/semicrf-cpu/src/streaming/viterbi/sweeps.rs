@@ -41,14 +41,14 @@ const RECOUNT: usize = 64;
 /// `-inf`, `-inf` at the last position, as the full scan gives).
 struct Finite {
     k: usize,
-    /// Words per label: `⌈2K / 64⌉`.
+    /// Words per label ([`Finite::per`]).
     per: usize,
     bits: Vec<u64>,
 }
 
 impl Finite {
     fn new(k: usize, c: usize) -> Finite {
-        let per = (2 * k).div_ceil(64);
+        let per = Finite::per(k);
         Finite {
             k,
             per,
@@ -56,9 +56,15 @@ impl Finite {
         }
     }
 
+    /// Words per label: `⌈2K / 64⌉` and a cache line more, so that the labels' bits of one
+    /// position fall in different cache sets.
+    fn per(k: usize) -> usize {
+        (2 * k).div_ceil(64) + 8
+    }
+
     /// `u64` words for `K` and `C`.
     fn words(k: usize, c: usize) -> usize {
-        (2 * k).div_ceil(64) * c
+        Finite::per(k) * c
     }
 
     /// Records the entries of position `q`, `v[j]` for label `j`.
