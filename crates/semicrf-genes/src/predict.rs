@@ -2,9 +2,13 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
-use semicrf::{Backend, Config, Device, Parallelism, Problem, SemiCrf, StreamedPotentials};
+use semicrf::{
+    Backend, Config, Decoded, Device, Parallelism, PotentialSource, Problem, SemiCrf,
+    StreamedPotentials,
+};
 
 use crate::Error;
+use crate::ahead::Ahead;
 use crate::data::{Gene, Record};
 use crate::model::{Model, Prepared, Source, genes_of};
 
@@ -95,13 +99,26 @@ fn decode(
         let prepared = Prepared::lean(seq);
         let shared = model.shared::<f32>();
         let source = Source::new(model, &prepared);
-        let problem = StreamedPotentials::builder(&source, shared.duration.nrows())
-            .transition(shared.transition.view())
-            .duration(shared.duration.view())
-            .start(shared.start.view())
-            .end(shared.end.view())
-            .build()?;
-        crf.viterbi_streamed(&problem)?
+        let streamed = |src: &dyn PotentialSource<f32>| -> Result<Vec<Decoded>, Error> {
+            let problem = StreamedPotentials::builder(src, shared.duration.nrows())
+                .transition(shared.transition.view())
+                .duration(shared.duration.view())
+                .start(shared.start.view())
+                .end(shared.end.view())
+                .build()?;
+            Ok(crf.viterbi_streamed(&problem)?)
+        };
+        if parallel {
+            // The rows the forward sweep reads next are computed on another thread
+            // meanwhile; `ahead` (dropped before the scope ends) stops it.
+            std::thread::scope(|s| {
+                let (ahead, producer) = Ahead::new(&source);
+                s.spawn(|| producer.run(&source));
+                streamed(&ahead)
+            })?
+        } else {
+            streamed(&source)?
+        }
     };
     if best[0].score == f64::NEG_INFINITY {
         // Every sequence has an all-intergenic segmentation: -inf here is a bug, not an answer.
@@ -182,9 +199,11 @@ mod tests {
         let genes: usize = want.iter().map(|(_, g)| g.len()).sum();
         assert!(genes > 0, "no gene to compare");
         assert_eq!(predict(&model, &records, &quiet(false)).unwrap(), want);
-        // One sequence at a time, the traceback on one thread, too.
+        // One sequence at a time, the traceback on one thread, too; and with the idle
+        // threads (the rows computed ahead, the traceback on two threads).
         for (r, (_, g)) in records.iter().zip(&want) {
             assert_eq!(&predict_one(&model, &r.seq, &quiet(false)).unwrap(), g);
+            assert_eq!(&decode(&model, &r.seq, &quiet(false), true).unwrap(), g);
         }
     }
 
