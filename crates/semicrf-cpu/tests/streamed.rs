@@ -175,11 +175,16 @@ fn the_checkpointed_viterbi_equals_the_viterbi_with_backpointers_and_brute_force
         let prob: Problem<f64> = p.clone().into();
         let full = StreamingEngine::new().viterbi(&prob).unwrap();
         for delta in [1, 2, 5, 100] {
-            let e = StreamingEngine::new()
-                .checkpoint_interval(Some(delta))
-                .chunk_rows(Some(1 + delta % 3));
-            let got = e.viterbi_streamed(&s).unwrap();
-            assert_eq!(got, full, "seed {seed}, Δ = {delta}");
+            // The backpointers of the last 0, 1, 2 or 3 positions kept by the sweep (3 bytes
+            // a label), or of all of them.
+            for tail in [delta % 4, 1000] {
+                let e = StreamingEngine::new()
+                    .checkpoint_interval(Some(delta))
+                    .chunk_rows(Some(1 + delta % 3))
+                    .viterbi_tail(3 * c * tail);
+                let got = e.viterbi_streamed(&s).unwrap();
+                assert_eq!(got, full, "seed {seed}, Δ = {delta}, tail {tail}");
+            }
         }
         for (b, d) in full.iter().enumerate() {
             let bf = brute_force(&p, b).unwrap();
@@ -417,8 +422,11 @@ fn viterbi_skipping_forbidden_transitions_and_short_durations_matches_brute_forc
         assert!(full[0].score > f64::NEG_INFINITY);
         let s = StreamedPotentials::of(&p);
         for par in [Parallelism::Sequential, Parallelism::Rayon] {
-            let e = StreamingEngine::new().parallelism(par);
-            assert_eq!(e.viterbi_streamed(&s).unwrap(), full, "seed {seed}");
+            // With the backpointers of the last 1234 positions kept, too.
+            for tail in [0, 3 * c * 1234] {
+                let e = StreamingEngine::new().parallelism(par).viterbi_tail(tail);
+                assert_eq!(e.viterbi_streamed(&s).unwrap(), full, "seed {seed}");
+            }
         }
     }
 }

@@ -294,9 +294,10 @@ impl Sweep for StaticSweep {
                         let (mut best, mut e) = (NEG, m - 1);
                         self.finite.each(base, lo, m, |i| {
                             let x = w[i] + wt[i];
-                            if x >= best && x > NEG {
-                                (best, e) = (x, i);
-                            }
+                            // Selects, not a branch: which term wins is unpredictable.
+                            let take = x >= best && x > NEG;
+                            best = if take { x } else { best };
+                            e = if take { i } else { e };
                         });
                         (best, e)
                     }
