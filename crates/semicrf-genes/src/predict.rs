@@ -3,8 +3,8 @@
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use semicrf::{
-    Backend, Config, Decoded, Device, Parallelism, PotentialSource, Problem, SemiCrf,
-    StreamedPotentials,
+    Backend, Config, Decoded, Device, Op, Parallelism, PotentialSource, Problem, Query, SemiCrf,
+    SourceEngine, StreamedPotentials,
 };
 
 use crate::Error;
@@ -30,6 +30,11 @@ pub struct PredictConfig {
     /// positions expected to be labelled right) instead of the Viterbi segmentation; from
     /// the whole potentials, like [`PredictConfig::materialised`].
     pub posterior: bool,
+    /// Bytes of backpointers that the streamed decoding on the CPU keeps from its forward
+    /// sweep for the last positions of a sequence (3 bytes a position and label), where its
+    /// traceback then recomputes nothing: memory traded for time, within the memory of
+    /// [`PredictConfig::memory_budget`]. The genes are the same for any value.
+    pub kept_backpointers: usize,
 }
 
 impl Default for PredictConfig {
@@ -40,6 +45,7 @@ impl Default for PredictConfig {
             device: Device::Cpu,
             materialised: false,
             posterior: false,
+            kept_backpointers: 128 << 20,
         }
     }
 }
@@ -106,7 +112,38 @@ fn decode(
                 .start(shared.start.view())
                 .end(shared.end.view())
                 .build()?;
-            Ok(crf.viterbi_streamed(&problem)?)
+            if cfg.device != Device::Cpu {
+                return Ok(crf.viterbi_streamed(&problem)?);
+            }
+            // The CPU engine itself, to keep the last backpointers.
+            let e = semicrf_cpu::StreamingEngine::new()
+                .parallelism(if parallel {
+                    Parallelism::Rayon
+                } else {
+                    Parallelism::Sequential
+                })
+                .viterbi_tail(cfg.kept_backpointers);
+            let query = Query {
+                shape: problem.shape(),
+                form: problem.form(),
+                op: Op::Viterbi,
+                dtype_bytes: 4,
+                threads: if parallel {
+                    rayon::current_num_threads()
+                } else {
+                    1
+                },
+            };
+            let required = SourceEngine::<f32>::memory_required_streamed(&e, &query)?;
+            if required > cfg.memory_budget {
+                return Err(semicrf::Error::MemoryBudget {
+                    required,
+                    budget: cfg.memory_budget,
+                    algorithm: "streaming".into(),
+                }
+                .into());
+            }
+            Ok(SourceEngine::<f32>::viterbi_streamed(&e, &problem)?)
         };
         if parallel {
             // The rows the forward sweep reads next are computed on another thread
@@ -200,10 +237,17 @@ mod tests {
         assert!(genes > 0, "no gene to compare");
         assert_eq!(predict(&model, &records, &quiet(false)).unwrap(), want);
         // One sequence at a time, the traceback on one thread, too; and with the idle
-        // threads (the rows computed ahead, the traceback on two threads).
+        // threads (the rows computed ahead, the traceback on two threads); with no
+        // backpointers kept by the sweep, or those of the last 500 positions.
         for (r, (_, g)) in records.iter().zip(&want) {
-            assert_eq!(&predict_one(&model, &r.seq, &quiet(false)).unwrap(), g);
-            assert_eq!(&decode(&model, &r.seq, &quiet(false), true).unwrap(), g);
+            for kept in [0, 3 * 50 * 500, PredictConfig::default().kept_backpointers] {
+                let cfg = PredictConfig {
+                    kept_backpointers: kept,
+                    ..quiet(false)
+                };
+                assert_eq!(&predict_one(&model, &r.seq, &cfg).unwrap(), g);
+                assert_eq!(&decode(&model, &r.seq, &cfg, true).unwrap(), g);
+            }
         }
     }
 

@@ -234,14 +234,39 @@ impl Model {
         }
     }
 
-    /// The score of a window of `s` at `anchor` of strand `st`'s bases, `-inf` without one.
-    pub(super) fn signal_or_neg(
+    /// Calls `f(t, c, begin, end)` with every exon label's boundary potentials at the bases
+    /// `rows` (`-inf` without a signal): [`Model::for_boundaries`] with each window scored
+    /// once per base (the frames of a type, and the types that share a signal, read the same
+    /// window).
+    pub(super) fn for_boundary_values(
         &self,
         p: &Prepared,
-        st: Strand,
-        w: Option<(Signal, usize)>,
-    ) -> f64 {
-        w.map_or(NEG, |(sig, a)| self.signal(sig, &p.strand(st).x, a))
+        rows: Range<usize>,
+        mut f: impl FnMut(usize, usize, f64, f64),
+    ) {
+        // The windows scored at base `at`: (strand, signal, anchor, score).
+        let mut memo: Vec<(Strand, Signal, usize, f64)> = Vec::with_capacity(8);
+        let mut at = usize::MAX;
+        self.for_boundaries(p, rows, |t, c, b, e, s| {
+            if t != at {
+                memo.clear();
+                at = t;
+            }
+            let mut score = |w: Option<(Signal, usize)>| match w {
+                None => NEG,
+                Some((sig, a)) => match memo.iter().find(|m| (m.0, m.1, m.2) == (s, sig, a)) {
+                    Some(m) => m.3,
+                    None => {
+                        let v = self.signal(sig, &p.strand(s).x, a);
+                        memo.push((s, sig, a, v));
+                        v
+                    }
+                },
+            };
+            let begin = score(b);
+            let end = score(e);
+            f(t, c, begin, end);
+        });
     }
 
     /// The potentials of a prepared sequence.
@@ -287,9 +312,9 @@ impl Model {
         let t_len = p.len();
         let lift = F::from_f64_lossy;
         self.for_scores(p, 0..t_len, |t, c, v| scores[[t, c]] = lift(v));
-        self.for_boundaries(p, 0..t_len, |t, c, b, e, s| {
-            begin[[t, c]] = lift(self.signal_or_neg(p, s, b));
-            end[[t, c]] = lift(self.signal_or_neg(p, s, e));
+        self.for_boundary_values(p, 0..t_len, |t, c, b, e| {
+            begin[[t, c]] = lift(b);
+            end[[t, c]] = lift(e);
         });
     }
 
