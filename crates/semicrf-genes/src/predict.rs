@@ -238,9 +238,10 @@ mod tests {
         assert_eq!(predict(&model, &records, &quiet(false)).unwrap(), want);
         // One sequence at a time, the traceback on one thread, too; and with the idle
         // threads (the rows computed ahead, the traceback on two threads); with no
-        // backpointers kept by the sweep, or those of the last 500 positions.
+        // backpointers kept by the sweep, or those of the last 500 positions (above, by
+        // default, all of them).
         for (r, (_, g)) in records.iter().zip(&want) {
-            for kept in [0, 3 * 50 * 500, PredictConfig::default().kept_backpointers] {
+            for kept in [0, 3 * 50 * 500] {
                 let cfg = PredictConfig {
                     kept_backpointers: kept,
                     ..quiet(false)
