@@ -175,11 +175,16 @@ fn the_checkpointed_viterbi_equals_the_viterbi_with_backpointers_and_brute_force
         let prob: Problem<f64> = p.clone().into();
         let full = StreamingEngine::new().viterbi(&prob).unwrap();
         for delta in [1, 2, 5, 100] {
-            let e = StreamingEngine::new()
-                .checkpoint_interval(Some(delta))
-                .chunk_rows(Some(1 + delta % 3));
-            let got = e.viterbi_streamed(&s).unwrap();
-            assert_eq!(got, full, "seed {seed}, Δ = {delta}");
+            // The backpointers of the last 0, 1, 2 or 3 positions kept by the sweep (3 bytes
+            // a label), or of all of them.
+            for tail in [delta % 4, 1000] {
+                let e = StreamingEngine::new()
+                    .checkpoint_interval(Some(delta))
+                    .chunk_rows(Some(1 + delta % 3))
+                    .viterbi_tail(3 * c * tail);
+                let got = e.viterbi_streamed(&s).unwrap();
+                assert_eq!(got, full, "seed {seed}, Δ = {delta}, tail {tail}");
+            }
         }
         for (b, d) in full.iter().enumerate() {
             let bf = brute_force(&p, b).unwrap();
@@ -417,8 +422,53 @@ fn viterbi_skipping_forbidden_transitions_and_short_durations_matches_brute_forc
         assert!(full[0].score > f64::NEG_INFINITY);
         let s = StreamedPotentials::of(&p);
         for par in [Parallelism::Sequential, Parallelism::Rayon] {
-            let e = StreamingEngine::new().parallelism(par);
-            assert_eq!(e.viterbi_streamed(&s).unwrap(), full, "seed {seed}");
+            // With the backpointers of the last 1234 positions kept, too.
+            for tail in [0, 3 * c * 1234] {
+                let e = StreamingEngine::new().parallelism(par).viterbi_tail(tail);
+                assert_eq!(e.viterbi_streamed(&s).unwrap(), full, "seed {seed}");
+            }
+        }
+    }
+}
+
+/// Begin boundaries `-inf` at most starts, as a gene model's are (a splice site or a start
+/// codon opens an exon, nothing else): the max sweep then scans a window over its finite
+/// entries only. Label `j` allows a start with probability `1, 1/2, 1/5, 1/20, 0`, so
+/// windows are dense, sparse, or hold no finite entry at all (their maximum `-inf` at the
+/// shortest duration). The segments and scores of the reference oracle, ties included, with
+/// every backpointer and with checkpoints.
+#[test]
+fn viterbi_over_windows_of_mostly_forbidden_starts_matches_the_reference_oracle() {
+    for seed in 0..10u64 {
+        let (t, k, c) = (120 + 53 * seed as usize, 4 + 7 * seed as usize, 5);
+        let mut owned = tied(300 + seed, 2, t, k, c, false);
+        let mut x = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1;
+        let bb = ArrayD::from_shape_fn(IxDyn(&[2, t, c]), |ix| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let every = [1, 2, 5, 20, 0][ix[2]];
+            if every > 0 && x % every == 0 {
+                (x / every % 3) as f64 - 1.0
+            } else {
+                f64::NEG_INFINITY
+            }
+        });
+        owned.begin_boundary = Some(bb);
+        let p = owned.view().unwrap();
+        let prob: Problem<f64> = p.clone().into();
+        let want = Reference.viterbi(&prob).unwrap();
+        assert!(want.iter().all(|d| d.score > f64::NEG_INFINITY));
+        assert_eq!(StreamingEngine::new().viterbi(&prob).unwrap(), want);
+        let s = StreamedPotentials::of(&p);
+        for (par, delta) in [
+            (Parallelism::Rayon, None),
+            (Parallelism::Sequential, Some(7)),
+        ] {
+            let e = StreamingEngine::new()
+                .parallelism(par)
+                .checkpoint_interval(delta);
+            assert_eq!(e.viterbi_streamed(&s).unwrap(), want, "seed {seed}");
         }
     }
 }

@@ -24,6 +24,7 @@
 //! # Ok(()) }
 //! ```
 
+mod ahead;
 pub mod data;
 pub mod dna;
 pub mod embedded;

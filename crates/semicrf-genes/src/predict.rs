@@ -2,9 +2,13 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
-use semicrf::{Backend, Config, Device, Parallelism, Problem, SemiCrf, StreamedPotentials};
+use semicrf::{
+    Backend, Config, Decoded, Device, Op, Parallelism, PotentialSource, Problem, Query, SemiCrf,
+    SourceEngine, StreamedPotentials,
+};
 
 use crate::Error;
+use crate::ahead::Ahead;
 use crate::data::{Gene, Record};
 use crate::model::{Model, Prepared, Source, genes_of};
 
@@ -26,6 +30,11 @@ pub struct PredictConfig {
     /// positions expected to be labelled right) instead of the Viterbi segmentation; from
     /// the whole potentials, like [`PredictConfig::materialised`].
     pub posterior: bool,
+    /// Bytes of backpointers that the streamed decoding on the CPU keeps from its forward
+    /// sweep for the last positions of a sequence (3 bytes a position and label), where its
+    /// traceback then recomputes nothing: memory traded for time, within the memory of
+    /// [`PredictConfig::memory_budget`]. The genes are the same for any value.
+    pub kept_backpointers: usize,
 }
 
 impl Default for PredictConfig {
@@ -36,6 +45,7 @@ impl Default for PredictConfig {
             device: Device::Cpu,
             materialised: false,
             posterior: false,
+            kept_backpointers: 128 << 20,
         }
     }
 }
@@ -95,13 +105,57 @@ fn decode(
         let prepared = Prepared::lean(seq);
         let shared = model.shared::<f32>();
         let source = Source::new(model, &prepared);
-        let problem = StreamedPotentials::builder(&source, shared.duration.nrows())
-            .transition(shared.transition.view())
-            .duration(shared.duration.view())
-            .start(shared.start.view())
-            .end(shared.end.view())
-            .build()?;
-        crf.viterbi_streamed(&problem)?
+        let streamed = |src: &dyn PotentialSource<f32>| -> Result<Vec<Decoded>, Error> {
+            let problem = StreamedPotentials::builder(src, shared.duration.nrows())
+                .transition(shared.transition.view())
+                .duration(shared.duration.view())
+                .start(shared.start.view())
+                .end(shared.end.view())
+                .build()?;
+            if cfg.device != Device::Cpu {
+                return Ok(crf.viterbi_streamed(&problem)?);
+            }
+            // The CPU engine itself, to keep the last backpointers.
+            let e = semicrf_cpu::StreamingEngine::new()
+                .parallelism(if parallel {
+                    Parallelism::Rayon
+                } else {
+                    Parallelism::Sequential
+                })
+                .viterbi_tail(cfg.kept_backpointers);
+            let query = Query {
+                shape: problem.shape(),
+                form: problem.form(),
+                op: Op::Viterbi,
+                dtype_bytes: 4,
+                threads: if parallel {
+                    rayon::current_num_threads()
+                } else {
+                    1
+                },
+            };
+            let required = SourceEngine::<f32>::memory_required_streamed(&e, &query)?;
+            if required > cfg.memory_budget {
+                return Err(semicrf::Error::MemoryBudget {
+                    required,
+                    budget: cfg.memory_budget,
+                    algorithm: "streaming".into(),
+                }
+                .into());
+            }
+            Ok(SourceEngine::<f32>::viterbi_streamed(&e, &problem)?)
+        };
+        if parallel {
+            // The rows the forward sweep reads next are computed on another thread
+            // meanwhile; `ahead` (dropped before the scope ends) stops it.
+            std::thread::scope(|s| {
+                let (ahead, producer) = Ahead::new(&source);
+                s.spawn(|| producer.run(&source));
+                streamed(&ahead)
+            })?
+        } else {
+            streamed(&source)?
+        }
     };
     if best[0].score == f64::NEG_INFINITY {
         // Every sequence has an all-intergenic segmentation: -inf here is a bug, not an answer.
@@ -182,9 +236,19 @@ mod tests {
         let genes: usize = want.iter().map(|(_, g)| g.len()).sum();
         assert!(genes > 0, "no gene to compare");
         assert_eq!(predict(&model, &records, &quiet(false)).unwrap(), want);
-        // One sequence at a time, the traceback on one thread, too.
+        // One sequence at a time, the traceback on one thread, too; and with the idle
+        // threads (the rows computed ahead, the traceback on two threads); with no
+        // backpointers kept by the sweep, or those of the last 500 positions (above, by
+        // default, all of them).
         for (r, (_, g)) in records.iter().zip(&want) {
-            assert_eq!(&predict_one(&model, &r.seq, &quiet(false)).unwrap(), g);
+            for kept in [0, 3 * 50 * 500] {
+                let cfg = PredictConfig {
+                    kept_backpointers: kept,
+                    ..quiet(false)
+                };
+                assert_eq!(&predict_one(&model, &r.seq, &cfg).unwrap(), g);
+                assert_eq!(&decode(&model, &r.seq, &cfg, true).unwrap(), g);
+            }
         }
     }
 

@@ -40,6 +40,14 @@ impl PlainWeights {
     }
 }
 
+/// Entries between the starts of two labels' rings: `2K` and one cache line (8 entries)
+/// more, so that the labels' entries of one position fall in different cache sets (at a
+/// power-of-two `2K` they would all compete for one).
+#[inline]
+fn stride(k: usize) -> usize {
+    2 * k + 8
+}
+
 /// A [`Ring`] for any semiring: the last `K` values of each label, stored twice over (slot
 /// `q mod K` and `q mod K + K`) so that every window is one contiguous slice, reduced with
 /// [`Semiring::sum_shifted`].
@@ -56,7 +64,7 @@ impl<S: Semiring> PlainRing<S> {
     /// The entries of label `j` at positions `first..first + n` (`n <= K`).
     #[inline]
     pub fn window(&self, j: usize, first: usize, n: usize) -> &[S::Value] {
-        let off = j * 2 * self.k + first % self.k;
+        let off = j * stride(self.k) + first % self.k;
         &self.values[off..off + n]
     }
 }
@@ -79,20 +87,20 @@ impl<S: Semiring> Ring<S> for PlainRing<S> {
         PlainRing {
             k,
             c,
-            values: vec![S::zero(); 2 * k * c],
+            values: vec![S::zero(); stride(k) * c],
             buf: vec![S::zero(); k],
             _s: PhantomData,
         }
     }
     fn words(k: usize, c: usize) -> usize {
-        (2 * k * c + k) * S::WIDTH
+        (stride(k) * c + k) * S::WIDTH
     }
     #[inline]
     fn push(&mut self, pos: usize, values: &[S::Value]) {
         let (k, slot) = (self.k, pos % self.k);
         for (j, &v) in values[..self.c].iter().enumerate() {
-            self.values[j * 2 * k + slot] = v;
-            self.values[j * 2 * k + slot + k] = v;
+            self.values[j * stride(k) + slot] = v;
+            self.values[j * stride(k) + slot + k] = v;
         }
     }
     #[inline]
@@ -108,20 +116,20 @@ impl<S: Semiring> Ring<S> for PlainRing<S> {
                 if slot_of.0 != first[j] {
                     slot_of = (first[j], first[j] % k);
                 }
-                let off = j * 2 * k + slot_of.1;
+                let off = j * stride(k) + slot_of.1;
                 S::sum_shifted(&self.values[off..off + n], w.window(j, n), &mut self.buf)
             };
         }
     }
     fn shift(&mut self, j: usize, by: f64) {
         let k = self.k;
-        for v in &mut self.values[j * 2 * k..(j + 1) * 2 * k] {
+        for v in &mut self.values[j * stride(k)..j * stride(k) + 2 * k] {
             *v = S::shift(*v, by);
         }
     }
     #[inline]
     fn get(&self, j: usize, pos: usize) -> S::Value {
-        self.values[j * 2 * self.k + pos % self.k]
+        self.values[j * stride(self.k) + pos % self.k]
     }
     fn saved_words(k: usize, c: usize) -> usize {
         k * c * S::WIDTH
@@ -131,7 +139,7 @@ impl<S: Semiring> Ring<S> for PlainRing<S> {
         for j in 0..self.c {
             for slot in 0..k {
                 let n = (j * k + slot) * w;
-                S::to_words(self.values[j * 2 * k + slot], &mut out[n..n + w]);
+                S::to_words(self.values[j * stride(k) + slot], &mut out[n..n + w]);
             }
         }
     }
@@ -141,8 +149,8 @@ impl<S: Semiring> Ring<S> for PlainRing<S> {
             for slot in 0..k {
                 let n = (j * k + slot) * w;
                 let v = S::from_words(&from[n..n + w]);
-                self.values[j * 2 * k + slot] = v;
-                self.values[j * 2 * k + slot + k] = v;
+                self.values[j * stride(k) + slot] = v;
+                self.values[j * stride(k) + slot + k] = v;
             }
         }
     }

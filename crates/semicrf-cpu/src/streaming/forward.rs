@@ -51,7 +51,8 @@ pub(crate) struct StaticFwd<S: Semiring> {
     pub(super) ring: S::Ring,
     pub(super) alpha: Vec<S::Value>,
     pub(super) u: Vec<S::Value>,
-    v: Vec<S::Value>,
+    /// `v_p`, the entries last pushed into the ring.
+    pub(super) v: Vec<S::Value>,
     pub(super) first: Vec<usize>,
     pub(super) len: Vec<usize>,
     kmax: Vec<usize>,

@@ -121,6 +121,11 @@ pub struct StreamingEngine {
     /// delivered to a [`GradientSink`](semicrf_core::GradientSink) at a time; `None`:
     /// [`DEFAULT_CHUNK_ROWS`]. Any value `>= 1` gives the same results bitwise.
     pub chunk_rows: Option<usize>,
+    /// Bytes of backpointers that the Viterbi of a streamed problem keeps from its forward
+    /// sweep, per sequence in flight, for the last positions of the sequence: the traceback
+    /// recomputes no block there (memory traded for time; 0, the default, keeps none). Any
+    /// value gives the same results bitwise.
+    pub viterbi_tail: usize,
 }
 
 /// The rows per chunk of a streamed problem when [`StreamingEngine::chunk_rows`] is `None`.
@@ -153,6 +158,21 @@ impl StreamingEngine {
     pub fn chunk_rows(mut self, rows: Option<usize>) -> Self {
         self.chunk_rows = rows;
         self
+    }
+
+    /// Sets the bytes of backpointers the Viterbi of a streamed problem keeps for the last
+    /// positions of each sequence ([`StreamingEngine::viterbi_tail`]).
+    pub fn viterbi_tail(mut self, bytes: usize) -> Self {
+        self.viterbi_tail = bytes;
+        self
+    }
+
+    /// The positions whose backpointers [`StreamingEngine::viterbi_tail`] bytes hold, for
+    /// `shape` (3 bytes a label while `K < 2¹⁶` and `C <= 256`, up to 8).
+    pub(crate) fn viterbi_tail_positions(&self, shape: Shape) -> usize {
+        let (k, c) = (shape.max_duration, shape.labels);
+        let width = if k <= u16::MAX as usize { 2 } else { 4 } + if c <= 256 { 1 } else { 4 };
+        self.viterbi_tail / (width * c.max(1))
     }
 
     /// The rows per chunk of a streamed problem: the configured number (at least 1) or
@@ -272,8 +292,17 @@ impl StreamingEngine {
                 let pipeline = self.pipelines(b, threads);
                 let ahead = pipeline.then_some(fwd + k.max(c));
                 let (delta, adaptive) = self.viterbi_delta(shape);
-                ByteCount::f64s(&[fwd + k.max(c) + viterbi::sweep_words(c)])
-                    + viterbi::checkpointed_bytes(k, c, t, delta, adaptive, saved, ahead)
+                ByteCount::f64s(&[fwd + k.max(c) + viterbi::sweep_words(k, c)])
+                    + viterbi::checkpointed_bytes(
+                        k,
+                        c,
+                        t,
+                        delta,
+                        adaptive,
+                        saved,
+                        ahead,
+                        self.viterbi_tail_positions(shape),
+                    )
                     + reader
                     + if pipeline { reader } else { ByteCount::ZERO }
             }
@@ -282,7 +311,7 @@ impl StreamingEngine {
                 // while C <= 256) per position and label.
                 let width =
                     if k <= u16::MAX as usize { 2 } else { 4 } + if c <= 256 { 1 } else { 4 };
-                ByteCount::f64s(&[fwd + k.max(c) + viterbi::sweep_words(c)])
+                ByteCount::f64s(&[fwd + k.max(c) + viterbi::sweep_words(k, c)])
                     + ByteCount::bytes(&[width, t.saturating_add(1), c])
             }
             Op::Backward => {

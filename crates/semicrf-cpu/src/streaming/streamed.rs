@@ -135,6 +135,7 @@ impl<F: Scalar> SourceEngine<F> for StreamingEngine {
         let dd = problem.shared().has_duration_dependent_transition();
         let rows = self.rows_per_chunk();
         let (delta, adaptive) = self.viterbi_delta(problem.shape());
+        let tail = self.viterbi_tail_positions(problem.shape());
         let batch = problem.shape().batch;
         let pipeline = self.pipelines(batch, rayon::current_num_threads());
         let results = map_indexed(self.parallelism, batch, |b| {
@@ -142,8 +143,15 @@ impl<F: Scalar> SourceEngine<F> for StreamingEngine {
             let bound = Some(problem.shared_bound());
             let mut seq = SeqIn::chunked(&src, b, rows, Dir::Up, bound);
             let mut ahead = pipeline.then(|| SeqIn::chunked(&src, b, rows, Dir::Up, None));
-            let d =
-                viterbi::viterbi_checkpointed(&mut seq, ahead.as_mut(), &par, dd, delta, adaptive);
+            let d = viterbi::viterbi_checkpointed(
+                &mut seq,
+                ahead.as_mut(),
+                &par,
+                dd,
+                delta,
+                adaptive,
+                tail,
+            );
             seq.verify(false)?;
             if let Some(a) = &ahead {
                 a.verify(false)?;
@@ -187,7 +195,9 @@ impl StreamingEngine {
     ///   more than the blocks, so they hold at most the blocks' bytes plus two checkpoints,
     ///   and `Δ` is at most the first `K·2^m` at which `n` full checkpoints fit; when
     ///   [`StreamingEngine::pipelines`], two blocks, a second max forward state and a second
-    ///   reader (the traceback recomputes the next block on another thread);
+    ///   reader (the traceback recomputes the next block on another thread); and
+    ///   `w·min(Λ, T+1)·C` bytes of backpointers kept for the last `Λ` positions, `Λ` those
+    ///   that [`StreamingEngine::viterbi_tail`] bytes hold (none by default);
     /// - backward: the ring of unfinished output rows `f·(K+2)·(3C+1)` and one output chunk
     ///   `f·(ρ·(tensors·C + 1) + C)`, instead of nothing (the arrays are outputs).
     ///

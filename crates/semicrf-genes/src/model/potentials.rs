@@ -102,12 +102,6 @@ fn ends_stop(o: &Oriented, pos: usize) -> bool {
 }
 
 impl Model {
-    /// The content weights at base `i` of `o`: the hexamer table at `start6`, the trimer
-    /// table at `start3`.
-    fn content(&self, o: &Oriented, i: usize, start6: usize, start3: usize) -> f64 {
-        self.w[start6 + o.c6(i) as usize] + self.w[start3 + o.c3(i) as usize]
-    }
-
     /// The score of a window of `s` at `anchor` of `x`.
     fn signal(&self, s: Signal, x: &[u8], anchor: usize) -> f64 {
         let off = self.layout.sig[s as usize];
@@ -128,12 +122,21 @@ impl Model {
         let t_len = p.t;
         for t in rows {
             let i = t_len - 1 - t;
-            let ig =
-                self.content(&p.plus, t, l.ig6, l.ig3) + self.content(&p.minus, i, l.ig6, l.ig3);
+            // Each strand's contexts at this base, read once; `content(s, start6, start3)`:
+            // strand `s`'s weights in the hexamer table at `start6` and the trimer table at
+            // `start3`.
+            let ctx = [(p.plus.c6(t), p.plus.c3(t)), (p.minus.c6(i), p.minus.c3(i))];
+            let content = |s: usize, start6: usize, start3: usize| {
+                self.w[start6 + ctx[s].0 as usize] + self.w[start3 + ctx[s].1 as usize]
+            };
+            let ig = content(0, l.ig6, l.ig3) + content(1, l.ig6, l.ig3);
             f(t, Label::Intergenic.index(), ig);
             f(t, Label::IntergenicMore.index(), ig);
-            for (s, o, pos) in [(Strand::Plus, &p.plus, t), (Strand::Minus, &p.minus, i)] {
-                let intr = self.content(o, pos, l.int6, l.int3);
+            for (si, (s, o, pos)) in [(Strand::Plus, &p.plus, t), (Strand::Minus, &p.minus, i)]
+                .into_iter()
+                .enumerate()
+            {
+                let intr = content(si, l.int6, l.int3);
                 for a in 0..3u8 {
                     for b in 0..3u8 {
                         f(t, Label::Intron(s, a, b).index(), intr);
@@ -146,12 +149,7 @@ impl Model {
                     let v = if cp == STOP_END && stop_ends_here {
                         NEG
                     } else {
-                        self.content(
-                            o,
-                            pos,
-                            l.cod6 + cp * HEXAMER_SLOTS,
-                            l.cod3 + cp * TRIMER_SLOTS,
-                        )
+                        content(si, l.cod6 + cp * HEXAMER_SLOTS, l.cod3 + cp * TRIMER_SLOTS)
                     };
                     for ty in ExonType::ALL {
                         f(t, Label::Exon(s, ty, fr as u8).index(), v);
@@ -236,14 +234,39 @@ impl Model {
         }
     }
 
-    /// The score of a window of `s` at `anchor` of strand `st`'s bases, `-inf` without one.
-    pub(super) fn signal_or_neg(
+    /// Calls `f(t, c, begin, end)` with every exon label's boundary potentials at the bases
+    /// `rows` (`-inf` without a signal): [`Model::for_boundaries`] with each window scored
+    /// once per base (the frames of a type, and the types that share a signal, read the same
+    /// window).
+    pub(super) fn for_boundary_values(
         &self,
         p: &Prepared,
-        st: Strand,
-        w: Option<(Signal, usize)>,
-    ) -> f64 {
-        w.map_or(NEG, |(sig, a)| self.signal(sig, &p.strand(st).x, a))
+        rows: Range<usize>,
+        mut f: impl FnMut(usize, usize, f64, f64),
+    ) {
+        // The windows scored at base `at`: (strand, signal, anchor, score).
+        let mut memo: Vec<(Strand, Signal, usize, f64)> = Vec::with_capacity(8);
+        let mut at = usize::MAX;
+        self.for_boundaries(p, rows, |t, c, b, e, s| {
+            if t != at {
+                memo.clear();
+                at = t;
+            }
+            let mut score = |w: Option<(Signal, usize)>| match w {
+                None => NEG,
+                Some((sig, a)) => match memo.iter().find(|m| (m.0, m.1, m.2) == (s, sig, a)) {
+                    Some(m) => m.3,
+                    None => {
+                        let v = self.signal(sig, &p.strand(s).x, a);
+                        memo.push((s, sig, a, v));
+                        v
+                    }
+                },
+            };
+            let begin = score(b);
+            let end = score(e);
+            f(t, c, begin, end);
+        });
     }
 
     /// The potentials of a prepared sequence.
@@ -289,9 +312,9 @@ impl Model {
         let t_len = p.len();
         let lift = F::from_f64_lossy;
         self.for_scores(p, 0..t_len, |t, c, v| scores[[t, c]] = lift(v));
-        self.for_boundaries(p, 0..t_len, |t, c, b, e, s| {
-            begin[[t, c]] = lift(self.signal_or_neg(p, s, b));
-            end[[t, c]] = lift(self.signal_or_neg(p, s, e));
+        self.for_boundary_values(p, 0..t_len, |t, c, b, e| {
+            begin[[t, c]] = lift(b);
+            end[[t, c]] = lift(e);
         });
     }
 

@@ -51,9 +51,9 @@ impl<F: Scalar> PotentialSource<F> for Source<'_> {
         if let (Some(bb), Some(eb)) = (rows.begin_boundary, rows.end_boundary) {
             bb.fill(F::zero());
             eb.fill(F::zero());
-            m.for_boundaries(p, t0..t0 + n, |t, c, b, e, s| {
-                bb[(t - t0) * C + c] = lift(m.signal_or_neg(p, s, b));
-                eb[(t - t0) * C + c] = lift(m.signal_or_neg(p, s, e));
+            m.for_boundary_values(p, t0..t0 + n, |t, c, b, e| {
+                bb[(t - t0) * C + c] = lift(b);
+                eb[(t - t0) * C + c] = lift(e);
             });
         }
         Ok(())

@@ -20,9 +20,11 @@
 //!   backpointers, hence the segments (ties included), are those of [`decode_full`].
 //!
 //! The static sweep skips what cannot win: a window's starts closer than the label's
-//! shortest finite duration, and in a transition column with at most a quarter of its
-//! entries finite, the `-inf` ones. The maxima and their first or last positions are those of
-//! the full scans, bitwise.
+//! shortest finite duration; in a window with at most a quarter of its ring entries finite
+//! (one bit per entry says which), the `-inf` ones (a gene model's windows hold mostly
+//! `-inf` starts: a begin boundary is finite only at a splice site or a start codon); and in
+//! a transition column with at most a quarter of its entries finite, the `-inf` ones. The
+//! maxima and their first or last positions are those of the full scans, bitwise.
 
 use semicrf_core::{Decoded, MaxSemiring, Scalar, Segment, decode_best};
 
@@ -89,7 +91,8 @@ pub(crate) fn viterbi_full<F: Scalar>(
 /// Viterbi of one sequence with checkpoints every `delta` positions (`adaptive`: every
 /// `delta · 2^m`, doubled while the checkpoints hold more than the blocks of backpointers) and
 /// no backpointers beyond one block (two with `ahead`, a second reader for recomputing the
-/// next block on another thread).
+/// next block on another thread) and those of the last `tail` positions, which the sweep
+/// keeps (the traceback recomputes nothing there).
 pub(crate) fn viterbi_checkpointed<F: Scalar>(
     seq: &mut SeqIn<'_, F>,
     ahead: Option<&mut SeqIn<'_, F>>,
@@ -97,6 +100,7 @@ pub(crate) fn viterbi_checkpointed<F: Scalar>(
     dd: bool,
     delta: usize,
     adaptive: bool,
+    tail: usize,
 ) -> Decoded {
     let (k, c) = (par.k, par.c);
     if dd {
@@ -109,7 +113,8 @@ pub(crate) fn viterbi_checkpointed<F: Scalar>(
             ahead,
             par,
             delta,
-            adaptive
+            adaptive,
+            tail
         )
     } else {
         narrowest!(
@@ -121,7 +126,8 @@ pub(crate) fn viterbi_checkpointed<F: Scalar>(
             ahead,
             par,
             delta,
-            adaptive
+            adaptive,
+            tail
         )
     }
 }
@@ -130,7 +136,8 @@ pub(crate) fn viterbi_checkpointed<F: Scalar>(
 /// forward state: checkpoints of at most `saved` words (and `C` first-admissible starts)
 /// every `delta` positions (`adaptive`: at most [`adaptive_interval`], and then at most as
 /// many bytes as the blocks plus two checkpoints), and one block of backpointers, or with
-/// `ahead` two blocks and a second forward state of `fwd` words.
+/// `ahead` two blocks and a second forward state of `fwd` words; and the backpointers of the
+/// last `tail` positions.
 pub(crate) fn checkpointed_bytes(
     k: usize,
     c: usize,
@@ -139,6 +146,7 @@ pub(crate) fn checkpointed_bytes(
     adaptive: bool,
     saved: usize,
     ahead: Option<usize>,
+    tail: usize,
 ) -> semicrf_core::ByteCount {
     use semicrf_core::ByteCount;
     let delta0 = super::backward::interval(delta, t);
@@ -164,6 +172,7 @@ pub(crate) fn checkpointed_bytes(
     states
         + ByteCount::f64s(&[c])
         + ByteCount::bytes(&[blocks * width, delta, c])
+        + ByteCount::bytes(&[width, tail.min(t.saturating_add(1)), c])
         + ByteCount::f64s(&[ahead.unwrap_or(0)])
 }
 
@@ -260,7 +269,8 @@ struct Saved {
     states: Vec<(Vec<f64>, Vec<usize>)>,
     c: usize,
     delta: usize,
-    len: usize,
+    /// The first position whose backpointers the sweep kept: blocks end there.
+    stop: usize,
 }
 
 impl Saved {
@@ -314,7 +324,7 @@ impl<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar> Worker<'_, '_, Sw, D, P, F> {
     fn fill(&mut self, n: usize, saved: &Saved, par: &Params<MaxSemiring>) {
         let (c, delta) = (saved.c, saved.delta);
         let p0 = n * delta;
-        let p1 = ((n + 1) * delta).min(saved.len + 1);
+        let p1 = ((n + 1) * delta).min(saved.stop);
         let (state, z) = &saved.states[n];
         self.sw.restore(p0, par, state, z);
         for p in p0..p1 {
@@ -335,22 +345,37 @@ fn decode_checkpointed<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar>(
     par: &Params<MaxSemiring>,
     delta: usize,
     adaptive: bool,
+    tail: usize,
 ) -> Decoded {
     let (c, len) = (par.c, seq.len);
     let delta = super::backward::interval(delta, len);
-    let n_blk = (len + 1).div_ceil(delta);
+    // The sweep keeps the backpointers of positions `stop..=len`; checkpoints only below.
+    let stop = (len + 1).saturating_sub(tail);
+    let n_blk = stop.div_ceil(delta);
     let mut saved = Saved {
         // Reserved only for a fixed interval: an adaptive one keeps far fewer.
         states: Vec::with_capacity(if adaptive { 0 } else { n_blk }),
         c,
         delta,
-        len,
+        stop,
+    };
+    let mut kept = Block {
+        n: usize::MAX,
+        p0: stop,
+        dur: vec![D::default(); (len + 1 - stop) * c],
+        prev: vec![P::default(); (len + 1 - stop) * c],
     };
     // Bytes of backpointers a position, over the blocks the traceback holds.
     let per_position = if ahead.is_some() { 2 } else { 1 } * c * (size_of::<D>() + size_of::<P>());
     let mut sw = Sw::new(par);
     for p in 0..=len {
-        if p % saved.delta == 0 {
+        if p >= stop {
+            let r = (p - stop) * c..(p - stop + 1) * c;
+            let rows = (&mut kept.dur[r.clone()], &mut kept.prev[r]);
+            sw.step(p, &*seq, par, Some(rows));
+            continue;
+        }
+        if p.is_multiple_of(saved.delta) {
             let (mut state, mut z) = (Vec::new(), vec![0; c]);
             sw.save(p, par, &mut state, &mut z);
             saved.states.push((state, z));
@@ -417,6 +442,10 @@ fn decode_checkpointed<Sw: Sweep, D: Pointer, P: Pointer, F: Scalar>(
     let (mut t, mut j) = (len, last);
     while t > 0 {
         let (d, before) = lookup::<Sw, D, P>(t, |u| {
+            if u >= stop {
+                let r = (u - stop) * c + j;
+                return (kept.dur[r], kept.prev[r]);
+            }
             load(&mut main, u);
             let r = (u - main.blk.p0) * c + j;
             (main.blk.dur[r], main.blk.prev[r])

@@ -21,6 +21,116 @@ pub(super) struct StaticSweep {
     /// skips its latest `dmin[j] - 1` starts, whose terms are `-inf`.
     dmin: Vec<usize>,
     tr: Sources,
+    finite: Finite,
+    /// Per label, whether its window is scanned over its finite entries only: decided from
+    /// the window's count every [`RECOUNT`] positions and after a restore (either scan gives
+    /// the same maximum and position).
+    sparse: Vec<bool>,
+    /// Recount at the next step.
+    recount: bool,
+}
+
+/// Positions between two decisions of which windows are sparse.
+const RECOUNT: usize = 64;
+
+/// Which ring entries are finite, one bit per entry laid out as the ring lays out its
+/// entries (slot `q mod K` and `q mod K + K` of label `j`), so that a window's bits are one
+/// contiguous range. A window with at most a quarter of its entries finite is scanned
+/// over those only: a `-inf` entry's term is `-inf`, never the maximum unless every term
+/// is, so the maximum and its last position are those of the full scan (with every term
+/// `-inf`, `-inf` at the last position, as the full scan gives).
+struct Finite {
+    k: usize,
+    /// Words per label ([`Finite::per`]).
+    per: usize,
+    bits: Vec<u64>,
+}
+
+impl Finite {
+    fn new(k: usize, c: usize) -> Finite {
+        let per = Finite::per(k);
+        Finite {
+            k,
+            per,
+            bits: vec![0; per * c],
+        }
+    }
+
+    /// Words per label: `⌈2K / 64⌉` and a cache line more, so that the labels' bits of one
+    /// position fall in different cache sets.
+    fn per(k: usize) -> usize {
+        (2 * k).div_ceil(64) + 8
+    }
+
+    /// `u64` words for `K` and `C`.
+    fn words(k: usize, c: usize) -> usize {
+        Finite::per(k) * c
+    }
+
+    /// Records the entries of position `q`, `v[j]` for label `j`.
+    #[inline]
+    fn push(&mut self, q: usize, v: &[f64]) {
+        let slot = q % self.k;
+        for (j, &x) in v.iter().enumerate() {
+            let base = j * self.per;
+            for b in [slot, slot + self.k] {
+                let (w, m) = (base + b / 64, 1u64 << (b % 64));
+                if x > NEG {
+                    self.bits[w] |= m;
+                } else {
+                    self.bits[w] &= !m;
+                }
+            }
+        }
+    }
+
+    /// Label `j`'s bits of the window of `m` entries from position `first`, as `(label's
+    /// first word, bit offset of the window in it)`.
+    #[inline]
+    fn range(&self, j: usize, first: usize) -> (usize, usize) {
+        (j * self.per, first % self.k)
+    }
+
+    /// The number of finite entries in the window `[lo, lo + m)` of the bits from `base`.
+    #[inline]
+    fn count(&self, base: usize, lo: usize, m: usize) -> usize {
+        let mut n = 0;
+        self.each_word(base, lo, m, |_, x| n += x.count_ones() as usize);
+        n
+    }
+
+    /// Calls `f(i)` for every finite entry `i` of the window `[lo, lo + m)`, in increasing
+    /// `i`.
+    #[inline]
+    fn each(&self, base: usize, lo: usize, m: usize, mut f: impl FnMut(usize)) {
+        self.each_word(base, lo, m, |at, mut x| {
+            while x != 0 {
+                f(at.wrapping_add(x.trailing_zeros() as usize));
+                x &= x - 1;
+            }
+        });
+    }
+
+    /// Calls `f(i0, word)` for the words covering bits `[lo, lo + m)`, masked to the
+    /// window, `i0` the window index of the word's bit 0 (wrapping: only set bits are read).
+    #[inline]
+    fn each_word(&self, base: usize, lo: usize, m: usize, mut f: impl FnMut(usize, u64)) {
+        if m == 0 {
+            return;
+        }
+        let hi = lo + m;
+        let (w0, w1) = (lo / 64, (hi - 1) / 64);
+        for w in w0..=w1 {
+            let mut x = self.bits[base + w];
+            if w == w0 {
+                x &= !0u64 << (lo % 64);
+            }
+            if w == w1 && !hi.is_multiple_of(64) {
+                x &= (1u64 << (hi % 64)) - 1;
+            }
+            f((w * 64).wrapping_sub(lo), x);
+        }
+    }
 }
 
 /// The finite entries of each column of a static transition, for the columns that are
@@ -36,8 +146,8 @@ struct Sources {
 }
 
 /// `f64` words of a static sweep's own lists besides its forward state, for `C` labels.
-pub(crate) fn sweep_words(c: usize) -> usize {
-    Sources::words(c) + c + 3
+pub(crate) fn sweep_words(k: usize, c: usize) -> usize {
+    Sources::words(c) + c + 3 + Finite::words(k, c) + 3
 }
 
 impl Sources {
@@ -110,7 +220,9 @@ impl Sweep for StaticSweep {
                 };
             }
             self.f.ring.push(q, row);
+            self.finite.push(q, row);
         }
+        self.recount = true;
         self.f.prefix.restore(&from[..c], z, p);
     }
     fn new(par: &Params<MaxSemiring>) -> Self {
@@ -127,6 +239,9 @@ impl Sweep for StaticSweep {
             buf: vec![0.0; k.max(c)],
             dmin,
             tr: Sources::new(par),
+            finite: Finite::new(k, c),
+            sparse: vec![false; c],
+            recount: true,
         }
     }
     fn fw(&mut self) -> &mut Self::Fw {
@@ -149,6 +264,7 @@ impl Sweep for StaticSweep {
         } else {
             seq.eb_row(p - 1, &mut f.row);
             f.windows(p);
+            let recount = std::mem::take(&mut self.recount) || p.is_multiple_of(RECOUNT);
             for j in 0..c {
                 let n = f.len[j];
                 // The window's entries of durations `n` down to `dmin[j]` (the rest are -inf).
@@ -164,11 +280,37 @@ impl Sweep for StaticSweep {
                     &f.ring.window(j, f.first[j], n)[..m],
                     &par.weights.window(j, n)[..m],
                 );
+                let (base, lo) = self.finite.range(j, f.first[j]);
+                if recount {
+                    self.sparse[j] = 4 * self.finite.count(base, lo, m) <= m;
+                }
+                let sparse = self.sparse[j];
                 // Without backpointers to record, the maximum alone (the same value).
-                let (best, e) = if bp.is_some() {
-                    argmax_add(w, wt, true, buf)
-                } else {
-                    (add_max(w, wt, &mut buf[..m]), 0)
+                let (best, e) = match (sparse, bp.is_some()) {
+                    (false, true) => argmax_add(w, wt, true, buf),
+                    (false, false) => (add_max(w, wt, &mut buf[..m]), 0),
+                    (true, true) => {
+                        // The last maximum; `m - 1` when every term is -inf.
+                        let (mut best, mut e) = (NEG, m - 1);
+                        self.finite.each(base, lo, m, |i| {
+                            let x = w[i] + wt[i];
+                            // Selects, not a branch: which term wins is unpredictable.
+                            let take = x >= best && x > NEG;
+                            best = if take { x } else { best };
+                            e = if take { i } else { e };
+                        });
+                        (best, e)
+                    }
+                    (true, false) => {
+                        let mut best = NEG;
+                        self.finite.each(base, lo, m, |i| {
+                            let x = w[i] + wt[i];
+                            if x > best {
+                                best = x;
+                            }
+                        });
+                        (best, 0)
+                    }
                 };
                 // As the forward's `α ⊗ lift(P + eb)`, so the score is the max forward's.
                 f.alpha[j] = best + (f.prefix.pref[j] + f.row[j]);
@@ -201,6 +343,7 @@ impl Sweep for StaticSweep {
             }
         }
         f.push(p, seq);
+        self.finite.push(p, &f.v);
     }
 }
 
