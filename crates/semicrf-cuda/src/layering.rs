@@ -25,7 +25,7 @@ const ORDER: [&str; 15] = [
 ];
 
 /// Modules for tests only, which may use any other.
-const TEST_ONLY: [&str; 7] = [
+const TEST_ONLY: [&str; 8] = [
     "emu",
     "layering",
     "meet::tests",
@@ -33,6 +33,7 @@ const TEST_ONLY: [&str; 7] = [
     "sample::tests",
     "kbest::tests",
     "outputs::tests",
+    "resident::tests",
 ];
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
