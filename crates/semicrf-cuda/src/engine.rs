@@ -235,15 +235,8 @@ impl CudaEngine {
         upstream: &[f64],
         out: DeviceOutputs<'_>,
     ) -> Result<HostBackward> {
-        let gpu = self.resident(p)?;
-        semicrf_core::check_upstream(upstream, p.shape().batch)?;
-        let backend = self.backend();
-        out.check_on(&gpu, &backend, p)?;
-        semicrf_core::range::check_probabilities_of(p.magnitudes(), p.lengths())?;
-        out.wait_for_owners(&gpu, &backend, p)?;
-        // Without waiting only where the caller's later work on the inputs is ordered after.
-        let joined: Vec<usize> = out.streams().collect();
-        let wait = !out.has_log_z() || p.streams().any(|s| !joined.contains(&s));
+        let (gpu, backend, joined) = self.start_into(p, upstream, &out)?;
+        let wait = !out.has_log_z() || !joined;
         let then = |call: &StreamCall<'_>, res: BackwardResults<'_>, _| out.finish(call, res, wait);
         let (src, to, linear) = (p.source(), out.targets(), self.linear);
         streaming::backward(
@@ -284,17 +277,32 @@ impl CudaEngine {
         if !p.feasible {
             return self.backward_into(p, upstream, out).map(|_| ());
         }
+        let (gpu, backend, joined) = self.start_into(p, upstream, &out)?;
+        let then = |call: &StreamCall<'_>, q| out.finish_queued(call, q, !joined);
+        let (src, to, linear) = (p.source(), out.targets(), self.linear);
+        streaming::backward_queued(&gpu, &backend, &p.model, src, upstream, linear, &to, then)
+    }
+
+    /// The checks of a backward pass into `out` (the upstream gradient, the outputs, the
+    /// magnitudes), then the engine's stream made to wait for the inputs' and outputs'
+    /// writers: the device, the backend's name, and whether every input is on one of the
+    /// outputs' streams (then the call may return without waiting: the caller's later work
+    /// on the inputs is ordered after it).
+    fn start_into(
+        &self,
+        p: &DevicePotentials<'_>,
+        upstream: &[f64],
+        out: &DeviceOutputs<'_>,
+    ) -> Result<(std::sync::Arc<device::Gpu>, String, bool)> {
         let gpu = self.resident(p)?;
         semicrf_core::check_upstream(upstream, p.shape().batch)?;
         let backend = self.backend();
         out.check_on(&gpu, &backend, p)?;
         semicrf_core::range::check_probabilities_of(p.magnitudes(), p.lengths())?;
         out.wait_for_owners(&gpu, &backend, p)?;
-        let joined: Vec<usize> = out.streams().collect();
-        let wait = p.streams().any(|s| !joined.contains(&s));
-        let then = |call: &StreamCall<'_>, q| out.finish_queued(call, q, wait);
-        let (src, to, linear) = (p.source(), out.targets(), self.linear);
-        streaming::backward_queued(&gpu, &backend, &p.model, src, upstream, linear, &to, then)
+        let streams: Vec<usize> = out.streams().collect();
+        let joined = p.streams().all(|s| streams.contains(&s));
+        Ok((gpu, backend, joined))
     }
 
     /// Viterbi decodings of potentials in device memory, as [`Engine::viterbi`]. The

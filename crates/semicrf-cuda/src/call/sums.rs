@@ -94,6 +94,15 @@ pub(crate) fn rerun_list(
     Ok(())
 }
 
+/// The launch of a grid-stride kernel over `n` items (`take_even`, `narrow_f32`).
+pub(crate) fn grid_stride(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// Launches `take_even`: `dst[i] = pairs[2·i]` for `i < n`, rounded to `f32` where `f32out`.
 pub(crate) fn take_even(
     call: &StreamCall<'_>,
@@ -102,11 +111,7 @@ pub(crate) fn take_even(
     n: usize,
     f32out: bool,
 ) -> Result<()> {
-    let cfg = LaunchConfig {
-        grid_dim: (n.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = grid_stride(n);
     let (n, f) = (n as i64, f32out as i32);
     let mut l = call
         .gpu

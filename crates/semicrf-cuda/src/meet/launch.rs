@@ -142,8 +142,9 @@ impl SmallWords {
     }
 
     /// Launches `shared_sum` (`kernels/io.cu`) on the two sweeps' duration and transition
-    /// marginals: the batch's weighted sums, as the host's `weighted` sums them.
-    fn sum(&self, call: &StreamCall<'_>) -> Result<()> {
+    /// marginals: the batch's weighted sums, as the host's `weighted` sums them (the
+    /// waiting backward's; the queued one sums everything in one launch of its own).
+    pub(crate) fn sum(&self, call: &StreamCall<'_>) -> Result<()> {
         let s = SumInputs {
             two: Some((self.pdur(), self.ptr())),
             one: (DevPtr::NULL, DevPtr::NULL),
@@ -375,7 +376,6 @@ impl StreamCall<'_> {
         a.bmarg = g.bmarg.ptr(self);
         a.acc = lb.acc as i32;
         self.meet_launch(MeetPass::Backward, 2 * b, lb, &a)?;
-        bufs.small.sum(self)?;
         self.gpu.mark();
         Ok((bufs, g))
     }

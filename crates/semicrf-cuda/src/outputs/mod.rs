@@ -5,11 +5,11 @@
 use std::marker::PhantomData;
 
 use cudarc::driver::sys::CUstream;
-use cudarc::driver::{CudaSlice, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtrMut, DeviceRepr, PushKernelArg};
 use ndarray::{Array1, Array2, ArrayD};
 use semicrf_core::{Error, Result, Shape};
 
-use crate::call::sums::take_even;
+use crate::call::sums::{grid_stride, take_even};
 use crate::call::{StreamCall, Targets};
 use crate::device::{Gpu, join, wait_for};
 use crate::kernel::{DevPtr, Kernel};
@@ -518,11 +518,7 @@ fn slice<D: ndarray::Dimension>(a: &ndarray::Array<f64, D>) -> &[f64] {
 fn narrow(call: &StreamCall<'_>, from: DevPtr, dst: &DeviceArrayMut<'_>) -> Result<()> {
     let n = dst.len as i64;
     let to = DevPtr::at(dst.ptr);
-    let cfg = LaunchConfig {
-        grid_dim: (dst.len.div_ceil(256).clamp(1, 65_535) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = grid_stride(dst.len);
     let mut l = call
         .gpu
         .stream

@@ -156,6 +156,26 @@ pub(crate) fn backward<F: Scalar, R>(
     to: &Targets,
     then: impl FnOnce(&StreamCall<'_>, BackwardResults<'_>, Option<[Vec<f64>; 4]>) -> Result<R>,
 ) -> Result<R> {
+    with_call(gpu, backend, model, src, upstream, meet, |call| {
+        let (g, arrays) = match call.par {
+            Some(par) => meet_backward(call, par, upstream, host, to)?,
+            None => log_backward(call, upstream, host, to)?,
+        };
+        then(call, g, arrays)
+    })
+}
+
+/// `f` on a backward pass's call of `model` (the meet kernels set up where `meet` allows),
+/// the device held meanwhile.
+fn with_call<F: Scalar, R>(
+    gpu: &Gpu,
+    backend: &str,
+    model: &Model,
+    src: Source<'_, '_, F>,
+    upstream: &[f64],
+    meet: bool,
+    f: impl FnOnce(&StreamCall<'_>) -> Result<R>,
+) -> Result<R> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
     let call = StreamCall::new(
         gpu,
@@ -165,11 +185,7 @@ pub(crate) fn backward<F: Scalar, R>(
         upstream,
         meet_setup(gpu, model, meet),
     )?;
-    let (g, arrays) = match call.par {
-        Some(par) => meet_backward(&call, par, upstream, host, to)?,
-        None => log_backward(&call, upstream, host, to)?,
-    };
-    then(&call, g, arrays)
+    f(&call)
 }
 
 /// Forward and backward, queued ([`queued`]): the results on the device, given to `then` (with the call,
@@ -185,14 +201,13 @@ pub(crate) fn backward_queued<F: Scalar, R>(
     to: &Targets,
     then: impl FnOnce(&StreamCall<'_>, Queued) -> Result<R>,
 ) -> Result<R> {
-    let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let setup = meet_setup(gpu, model, meet);
-    let call = StreamCall::new(gpu, backend, model, src, upstream, setup)?;
-    let q = match call.par {
-        Some(par) => queued::meet_queued(&call, par, to)?,
-        None => queued::log_queued(&call, to)?,
-    };
-    then(&call, q)
+    with_call(gpu, backend, model, src, upstream, meet, |call| {
+        let q = match call.par {
+            Some(par) => queued::meet_queued(call, par, to)?,
+            None => queued::log_queued(call, to)?,
+        };
+        then(call, q)
+    })
 }
 
 /// The log-domain backward of every sequence, with the host arrays of [`ready_outputs`]
@@ -258,6 +273,7 @@ fn meet_backward<'g>(
     let (bn, k, c) = (sh.batch, sh.max_duration, sh.labels);
     let m = call.model;
     let (bufs, g) = call.meet_backward(par, m.has_eb, to)?;
+    bufs.small.sum(call)?;
     let mut staged = if host {
         // The small outputs, then the large ones the caller gets (all the engine's own: a
         // call read back has no targets).
