@@ -208,16 +208,42 @@ impl<'g> StreamCall<'g> {
         if host.is_empty() {
             return Ok(Seq {
                 blocks: 0,
-                dev: None,
+                dev: DevPtr::NULL,
+                _own: None,
             });
         }
         let v: Vec<i32> = host.iter().map(|&b| b as i32).collect();
-        let dev = self.gpu.upload(&v).map_err(|e| self.err(e))?;
+        let own = self.gpu.upload(&v).map_err(|e| self.err(e))?;
         Ok(Seq {
             blocks: host.len(),
-            dev: Some(dev),
+            dev: self.ptr(&own),
+            _own: Some(own),
         })
     }
+
+    /// Zeroed buffers of `parts` words each (`f64` words; none for a part of 0), carved out
+    /// of one allocation: one allocation, one memset and one free instead of one of each a
+    /// buffer, a few microseconds each on the host. The parts are whole `f64` words, so each
+    /// is aligned for `f64`, `i64` and `i32` (the kernels make no wider accesses); the bytes
+    /// are those of separate buffers, as `memory_required` counts them.
+    pub(crate) fn arena<const N: usize>(&self, parts: [usize; N]) -> Result<(Arena, [DevPtr; N])> {
+        let mem = self.zeros::<f64>(parts.iter().sum())?;
+        let mut at = [DevPtr::NULL; N];
+        let mut next = self.ptr(&mem);
+        for (a, &n) in at.iter_mut().zip(&parts) {
+            if n > 0 {
+                *a = next;
+                next = next.words(n);
+            }
+        }
+        Ok((Arena { _mem: mem }, at))
+    }
+}
+
+/// The allocation of [`StreamCall::arena`]'s buffers, kept until their work is queued (it
+/// is freed in stream order).
+pub(crate) struct Arena {
+    _mem: CudaSlice<f64>,
 }
 
 /// The caller's `f64` device buffers a backward pass writes its large results into, where
@@ -230,6 +256,8 @@ pub(crate) struct Targets {
     pub(crate) bb: Option<DevPtr>,
     pub(crate) eb: Option<DevPtr>,
     pub(crate) bm: Option<DevPtr>,
+    /// Those of the above that are zeroed already (the call's own, out of an [`Arena`]).
+    pub(crate) fresh: [DevPtr; 4],
 }
 
 /// A large result of a backward pass on the device: in the engine's own buffer, or in the
@@ -281,8 +309,11 @@ impl StreamCall<'_> {
     /// A result buffer of `n` values, zeroed on the call's stream (the kernels write only
     /// the positions within each sequence's length, and accumulate some marginals in
     /// place): the caller's where `given`, else the engine's own.
-    pub(crate) fn result_buf(&self, given: Option<DevPtr>, n: usize) -> Result<Buf> {
+    /// A given buffer among `to`'s fresh ones (zeroed already, [`Targets::fresh`]) is
+    /// taken as it is.
+    pub(crate) fn result_buf(&self, given: Option<DevPtr>, n: usize, to: &Targets) -> Result<Buf> {
         match given {
+            Some(p) if to.fresh.contains(&p) => Ok(Buf::Given(p)),
             Some(p) => {
                 // SAFETY: `p` holds `n` f64 of this device (checked by the caller of the
                 // call, `outputs::DeviceOutputs`); the memset is ordered on the call's stream.
@@ -307,6 +338,8 @@ impl StreamCall<'_> {
 /// `kernels/io.cu`, padded to `blocks` entries with -1).
 pub(crate) struct Seq {
     pub(crate) blocks: usize,
-    /// `None` for an empty list.
-    pub(crate) dev: Option<CudaSlice<i32>>,
+    /// The list (`blocks` `i32`s), null for an empty one.
+    pub(crate) dev: DevPtr,
+    /// Its own allocation, where it has one.
+    pub(crate) _own: Option<CudaSlice<i32>>,
 }

@@ -5,7 +5,7 @@
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use semicrf_core::{Error, Result};
 
-use crate::call::{Buf, Seq, StreamCall, Targets};
+use crate::call::{Arena, Buf, Seq, StreamCall, Targets};
 use crate::kernel::{DevPtr, Kernel, SemiringId, StreamArgs, TASKS};
 
 /// A kernel's use of shared memory.
@@ -123,7 +123,7 @@ impl StreamCall<'_> {
         args.smem_acc = m.acc as i32;
         let blocks = match seq {
             Some(q) => {
-                args.seq = self.opt(&q.dev);
+                args.seq = q.dev;
                 q.blocks
             }
             None => sh.batch,
@@ -155,35 +155,51 @@ impl StreamCall<'_> {
         out: Option<DevPtr>,
         extra: impl Fn(&mut StreamArgs),
     ) -> Result<LogForward> {
-        let sh = self.shape;
-        let n = sh.batch * sh.max_duration * sh.labels;
-        let ent = ring == SemiringId::Entropy;
-        let opt = |on: bool| -> Result<Option<CudaSlice<f64>>> {
-            if on {
-                Ok(Some(self.zeros::<f64>(n)?))
-            } else {
-                Ok(None)
-            }
-        };
-        let r1 = self.zeros::<f64>(n)?;
-        let r1h = opt(ent)?;
-        // The duration-dependent form's α ring; the static form's transposed durations.
-        let r2 = Some(self.zeros::<f64>(n)?);
-        let r2h = opt(self.dd && ent)?;
+        let (arena, rings) = self.arena(self.forward_rings(ring))?;
         let own = match out {
             Some(_) => None,
-            None => Some(self.zeros::<f64>(2 * sh.batch)?),
+            None => Some(self.zeros::<f64>(2 * self.shape.batch)?),
         };
-        let mut a = self.args();
-        a.ring = self.ptr(&r1);
-        a.ringh = self.opt(&r1h);
-        a.ring2 = self.opt(&r2);
-        a.ring2h = self.opt(&r2h);
-        a.out = match (out, &own) {
+        let at = match (out, &own) {
             (Some(at), _) => at,
             (None, Some(own)) => self.ptr(own),
             (None, None) => unreachable!("an output buffer is allocated where none is given"),
         };
+        self.log_forward_in(ring, seq, at, rings, extra)?;
+        Ok(LogForward {
+            out: own,
+            _rings: arena,
+        })
+    }
+
+    /// Words of the rings of a log-domain forward in semiring `ring` (the second and fourth
+    /// only for entropy), for [`StreamCall::log_forward_in`].
+    pub(crate) fn forward_rings(&self, ring: SemiringId) -> [usize; 4] {
+        let sh = self.shape;
+        let n = sh.batch * sh.max_duration * sh.labels;
+        let ent = ring == SemiringId::Entropy;
+        // The duration-dependent form's α ring; the static form's transposed durations.
+        [
+            n,
+            if ent { n } else { 0 },
+            n,
+            if self.dd && ent { n } else { 0 },
+        ]
+    }
+
+    /// [`StreamCall::log_forward`] into the result buffer `out` with the zeroed rings
+    /// `rings` ([`StreamCall::forward_rings`] words each, null where that is 0).
+    pub(crate) fn log_forward_in(
+        &self,
+        ring: SemiringId,
+        seq: Option<&Seq>,
+        out: DevPtr,
+        rings: [DevPtr; 4],
+        extra: impl Fn(&mut StreamArgs),
+    ) -> Result<()> {
+        let mut a = self.args();
+        [a.ring, a.ringh, a.ring2, a.ring2h] = rings;
+        a.out = out;
         extra(&mut a);
         let kernel = match (self.dd, ring) {
             (false, SemiringId::Log) => Kernel::FwdStaticLog,
@@ -193,26 +209,27 @@ impl StreamCall<'_> {
             (true, SemiringId::Max) => Kernel::FwdDdMax,
             (true, SemiringId::Entropy) => Kernel::FwdDdEnt,
         };
-        self.launch_on(kernel, &a, seq)?;
-        Ok(LogForward {
-            out: own,
-            _rings: [Some(r1), r1h, r2, r2h],
-        })
+        self.launch_on(kernel, &a, seq)
     }
 }
 
 /// A log-domain forward pass's own result buffer (`(x, h)` per sequence) and its rings.
 pub(crate) struct LogForward {
     pub(crate) out: Option<CudaSlice<f64>>,
-    _rings: [Option<CudaSlice<f64>>; 4],
+    _rings: Arena,
 }
 
-/// One of the buffers a log-domain backward writes ([`LogGrads`]).
-pub(crate) fn part<'s>(
-    s: &'s Option<CudaSlice<f64>>,
+/// The address of one of the buffers a log-domain backward writes ([`LogGrads`]).
+pub(crate) fn part(s: &Option<Buf>, call: &StreamCall<'_>) -> Result<DevPtr> {
+    Ok(s.as_ref().ok_or_else(|| missing(call))?.ptr(call))
+}
+
+/// [`part`] for reading back: the engine's own buffer.
+pub(crate) fn own_part<'s>(
+    s: &'s Option<Buf>,
     call: &StreamCall<'_>,
 ) -> Result<&'s CudaSlice<f64>> {
-    s.as_ref().ok_or_else(|| missing(call))
+    s.as_ref().ok_or_else(|| missing(call))?.own(call.backend)
 }
 
 fn missing(call: &StreamCall<'_>) -> Error {
@@ -232,8 +249,8 @@ pub(crate) struct LogGrads {
     /// sequence of `kernels/meet.cu` is rerun).
     pub(crate) geb: Option<Buf>,
     pub(crate) bmarg: Buf,
-    pub(crate) pdur: Option<CudaSlice<f64>>,
-    pub(crate) ptr: Option<CudaSlice<f64>>,
+    pub(crate) pdur: Option<Buf>,
+    pub(crate) ptr: Option<Buf>,
     /// Start and end marginals: addresses of `bn·c` values each (in `own` or in the
     /// small outputs of `kernels/meet.cu`).
     pub(crate) pst: DevPtr,
@@ -254,25 +271,24 @@ impl LogGrads {
         let z = |n: usize| call.zeros::<f64>(n);
         let (pst, pen) = (z(bn * c)?, z(bn * c)?);
         Ok(LogGrads {
-            gsc: call.result_buf(to.sc, btc)?,
+            gsc: call.result_buf(to.sc, btc, to)?,
             gbb: if gbb {
-                Some(call.result_buf(to.bb, btc)?)
+                Some(call.result_buf(to.bb, btc, to)?)
             } else {
                 None
             },
-            geb: Some(call.result_buf(to.eb, btc)?),
-            bmarg: call.result_buf(to.bm, bn * t)?,
-            pdur: Some(z(bn * k * c)?),
-            ptr: Some(z(bn * ntr)?),
+            geb: Some(call.result_buf(to.eb, btc, to)?),
+            bmarg: call.result_buf(to.bm, bn * t, to)?,
+            pdur: Some(Buf::Own(z(bn * k * c)?)),
+            ptr: Some(Buf::Own(z(bn * ntr)?)),
             pst: call.ptr(&pst),
             pen: call.ptr(&pen),
             own: Some([pst, pen]),
         })
     }
 
-    /// Fills the backward's arguments (the rings, the static form's label-major duration
-    /// marginals and `log_z` on the device are returned to be kept alive until the launch is
-    /// done).
+    /// Fills the backward's arguments (the rings and `log_z` on the device are returned
+    /// to be kept alive until the launch is done).
     pub(crate) fn fill(
         &self,
         call: &StreamCall<'_>,
@@ -280,10 +296,16 @@ impl LogGrads {
         log_z: &[f64],
         alpha: DevPtr,
         u: DevPtr,
-    ) -> Result<[CudaSlice<f64>; 4]> {
+    ) -> Result<(Arena, CudaSlice<f64>)> {
         let lz = call.gpu.upload(log_z).map_err(|e| call.err(e))?;
-        let [ring, ring2, pdur] = self.fill_at(call, a, call.ptr(&lz), alpha, u)?;
-        Ok([ring, ring2, lz, pdur])
+        let rings = self.fill_at(call, a, call.ptr(&lz), alpha, u)?;
+        Ok((rings, lz))
+    }
+
+    /// Words of the zeroed rings of a backward ([`LogGrads::fill_in`]).
+    pub(crate) fn rings(call: &StreamCall<'_>) -> [usize; 3] {
+        let sh = call.shape;
+        [sh.batch * sh.max_duration * sh.labels; 3]
     }
 
     /// [`LogGrads::fill`] with log Z (`B` values) already on the device at `lz`.
@@ -294,28 +316,39 @@ impl LogGrads {
         lz: DevPtr,
         alpha: DevPtr,
         u: DevPtr,
-    ) -> Result<[CudaSlice<f64>; 3]> {
-        let sh = call.shape;
-        let n = sh.batch * sh.max_duration * sh.labels;
-        let ring = call.zeros::<f64>(n)?;
-        let ring2 = call.zeros::<f64>(n)?;
-        let pdur = call.zeros::<f64>(n)?;
+    ) -> Result<Arena> {
+        let (arena, rings) = call.arena(LogGrads::rings(call))?;
+        self.fill_in(call, a, lz, alpha, u, rings)?;
+        Ok(arena)
+    }
+
+    /// [`LogGrads::fill_at`] with the zeroed rings `rings` ([`LogGrads::rings`]).
+    pub(crate) fn fill_in(
+        &self,
+        call: &StreamCall<'_>,
+        a: &mut StreamArgs,
+        lz: DevPtr,
+        alpha: DevPtr,
+        u: DevPtr,
+        rings: [DevPtr; 3],
+    ) -> Result<()> {
+        let [ring, ring2, pdur] = rings;
         a.up = call.up;
         a.lz = lz;
-        a.ring = call.ptr(&ring);
-        a.ring2 = call.ptr(&ring2);
-        a.ringh = call.ptr(&pdur);
+        a.ring = ring;
+        a.ring2 = ring2;
+        a.ringh = pdur;
         a.alpha = alpha;
         a.u = u;
         a.gsc = self.gsc.ptr(call);
         a.gbb = self.gbb.as_ref().map_or(a.gsc, |g| g.ptr(call));
         a.geb = self.geb.as_ref().ok_or_else(|| missing(call))?.ptr(call);
         a.bmarg = self.bmarg.ptr(call);
-        a.pdur = call.ptr(part(&self.pdur, call)?);
-        a.ptr = call.ptr(part(&self.ptr, call)?);
+        a.pdur = part(&self.pdur, call)?;
+        a.ptr = part(&self.ptr, call)?;
         a.pst = self.pst;
         a.pen = self.pen;
-        Ok([ring, ring2, pdur])
+        Ok(())
     }
 }
 

@@ -361,14 +361,14 @@ impl StreamCall<'_> {
         // The outputs, which only the second kernel writes, are made ready while the first
         // runs.
         let g = MeetGrads {
-            gsc: self.result_buf(to.sc, b * t * c)?,
-            gbb: self.result_buf(to.bb, b * t * c)?,
+            gsc: self.result_buf(to.sc, b * t * c, to)?,
+            gbb: self.result_buf(to.bb, b * t * c, to)?,
             geb: if eb {
-                Some(self.result_buf(to.eb, b * t * c)?)
+                Some(self.result_buf(to.eb, b * t * c, to)?)
             } else {
                 None
             },
-            bmarg: self.result_buf(to.bm, b * t)?,
+            bmarg: self.result_buf(to.bm, b * t, to)?,
         };
         a.gsc = g.gsc.ptr(self);
         a.gbb = g.gbb.ptr(self);

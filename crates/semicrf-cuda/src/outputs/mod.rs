@@ -373,6 +373,7 @@ impl<'a> DeviceOutputs<'a> {
             bb: at(&self.begin_boundary),
             eb: at(&self.end_boundary),
             bm: at(&self.boundary),
+            fresh: [DevPtr::NULL; 4],
         }
     }
 
@@ -482,7 +483,7 @@ impl DeviceOutputs<'_> {
             take_even(call, q.pairs, DevPtr::at(lz.ptr), b, f32)?;
         }
         // Where each sum lies among `q.red`'s words: duration, transition, start, end.
-        let red = call.ptr(&q.red);
+        let red = q.red;
         let (kc, ntr) = (k * c, q.ntr);
         let at = [kc, 0, kc + ntr, kc + ntr + c];
         for (dst, words) in self.shared.iter().zip(at) {

@@ -420,20 +420,25 @@ fn check_values(
     let extra: usize = shared::on_device(slots).map(|(_, a)| a.len).sum();
     let has_device = shared::on_device(slots).next().is_some();
     words.resize(checks + if has_device { extra + b } else { 0 }, 0.0);
-    let out = gpu.upload(&words).map_err(err)?;
-    let len = gpu.upload(&lens).map_err(err)?;
+    // One allocation: the words, the lengths (`i64`), and the kernel's scratch (the rows'
+    // largest magnitude, `f64`, their arguments and flags, `i32`), the first two uploaded in
+    // one copy.
+    let nw = words.len();
+    let (rows, half) = (b * t, (b * t).div_ceil(2));
+    let mut host = words;
+    host.extend(lens.iter().map(|&l| f64::from_bits(l as u64)));
+    let mut buf = gpu.uninit::<f64>(nw + b + rows + 2 * half).map_err(err)?;
+    gpu.stream
+        .memcpy_htod(&host, &mut buf.slice_mut(0..nw + b))
+        .map_err(err)?;
+    let base = gpu.ptr(&buf);
+    let len_at = base.words(nw);
     if has_device {
-        let base = gpu.ptr(&out);
-        let at = (gpu.ptr(&len), b);
-        shared::launch(gpu, backend, slots, at, base, base.words(checks))?;
+        shared::launch(gpu, backend, slots, (len_at, b), base, base.words(checks))?;
     }
-    let rowmax = gpu.uninit::<f64>(b * t).map_err(err)?;
-    let rowarg = gpu.uninit::<i32>(b * t).map_err(err)?;
-    let rowbad = gpu.uninit::<i32>(b * t).map_err(err)?;
     let f = gpu.function(Kernel::CheckInput);
-    let base = gpu.ptr(&out);
-    let (len_at, rowmax_at) = (gpu.ptr(&len), gpu.ptr(&rowmax));
-    let (rowarg_at, rowbad_at) = (gpu.ptr(&rowarg), gpu.ptr(&rowbad));
+    let rowmax_at = len_at.words(b);
+    let (rowarg_at, rowbad_at) = (rowmax_at.words(rows), rowmax_at.words(rows + half));
     for (i, (_, a)) in arrays.iter().enumerate() {
         let args = CheckArgs {
             x: DevPtr::at(a.ptr),
@@ -460,7 +465,7 @@ fn check_values(
         unsafe { l.launch(cfg) }.map_err(err)?;
     }
     gpu.mark();
-    gpu.stream.clone_dtoh(&out).map_err(err)
+    gpu.stream.clone_dtoh(&buf.slice(0..nw)).map_err(err)
 }
 
 /// Each sequence's magnitude bound from the checks' words, or the first NaN or `+inf` of the

@@ -18,7 +18,7 @@ pub(crate) use results::{BackwardResults, ready_outputs};
 use crate::call::{Buf, Model, Source, StreamCall, Targets};
 use crate::device::Gpu;
 use crate::kernel::{DevPtr, Kernel, SemiringId};
-use crate::logdomain::{LogGrads, part};
+use crate::logdomain::{LogGrads, own_part};
 use crate::meet;
 
 /// The meet kernels' threads a block and prepared parameters for `model`, where `meet`
@@ -248,8 +248,8 @@ fn log_backward<'g>(
     call.gpu.mark();
     let ntr = if dd { k * c * c } else { c * c };
     let sum = |v: Vec<f64>, n: usize| weighted(upstream, bn, &v, n, |_| false, &[]);
-    let tr = sum(call.back(part(&o.ptr, call)?)?, ntr);
-    let dur = sum(call.back(part(&o.pdur, call)?)?, k * c);
+    let tr = sum(call.back(own_part(&o.ptr, call)?)?, ntr);
+    let dur = sum(call.back(own_part(&o.pdur, call)?)?, k * c);
     Ok((
         o.finish(call, log_z, tr, dur, upstream, None, None)?,
         arrays,
@@ -329,8 +329,8 @@ fn meet_backward<'g>(
             None => rerun(bn * sh.len * c)?.map(Buf::Own),
         },
         bmarg: g.bmarg,
-        pdur: rerun(bn * k * c)?,
-        ptr: rerun(bn * c * c)?,
+        pdur: rerun(bn * k * c)?.map(Buf::Own),
+        ptr: rerun(bn * c * c)?.map(Buf::Own),
         pst: bufs.small.pst(),
         pen: bufs.small.pen(),
         own: None,
@@ -373,7 +373,7 @@ fn meet_backward<'g>(
             weighted(
                 upstream,
                 bn,
-                &call.back(part(&o.ptr, call)?)?,
+                &call.back(own_part(&o.ptr, call)?)?,
                 c * c,
                 again,
                 &ptr2,
@@ -381,7 +381,7 @@ fn meet_backward<'g>(
             weighted(
                 upstream,
                 bn,
-                &call.back(part(&o.pdur, call)?)?,
+                &call.back(own_part(&o.pdur, call)?)?,
                 k * c,
                 again,
                 &pdur2,

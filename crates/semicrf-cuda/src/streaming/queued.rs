@@ -17,7 +17,7 @@ use cudarc::driver::CudaSlice;
 use semicrf_core::Result;
 
 use crate::call::sums::{SumInputs, rerun_list, shared_sum, take_even};
-use crate::call::{Buf, Seq, StreamCall, Targets};
+use crate::call::{Arena, Buf, Seq, StreamCall, Targets};
 use crate::kernel::{DevPtr, Kernel, SemiringId};
 use crate::logdomain::{LogGrads, part};
 use crate::meet::launch::Bufs;
@@ -28,20 +28,26 @@ pub(crate) struct Queued {
     pub(crate) pairs: DevPtr,
     /// The shared parameters' gradients, summed over the batch: duration `(K·C)`,
     /// transition (`ntr`), start `(C)`, end `(C)`.
-    pub(crate) red: CudaSlice<f64>,
+    pub(crate) red: DevPtr,
     pub(crate) ntr: usize,
     pub(crate) gsc: Buf,
     pub(crate) gbb: Option<Buf>,
     pub(crate) geb: Option<Buf>,
     pub(crate) bmarg: Buf,
-    /// The allocation `pairs` lies in.
-    _pairs: Owner,
+    /// The allocations the results lie in.
+    _owner: Owner,
 }
 
-/// What holds a queued pass's log Z (kept until the copies out of it are queued).
+/// What holds a queued pass's results (kept until the copies out of them are queued).
 enum Owner {
-    Meet { _bufs: Bufs },
-    Log { _out: CudaSlice<f64> },
+    Meet {
+        _bufs: Bufs,
+        _arena: Arena,
+    },
+    Log {
+        _out: CudaSlice<f64>,
+        _red: CudaSlice<f64>,
+    },
 }
 
 /// The log-domain forward and backward of every sequence.
@@ -74,10 +80,7 @@ pub(super) fn log_queued(call: &StreamCall<'_>, to: &Targets) -> Result<Queued> 
     let ntr = if call.dd { k * c * c } else { c * c };
     let s = SumInputs {
         two: None,
-        one: (
-            call.ptr(part(&o.pdur, call)?),
-            call.ptr(part(&o.ptr, call)?),
-        ),
+        one: (part(&o.pdur, call)?, part(&o.ptr, call)?),
         ends: (o.pst, o.pen),
         redo: DevPtr::NULL,
         b: bn,
@@ -91,71 +94,131 @@ pub(super) fn log_queued(call: &StreamCall<'_>, to: &Targets) -> Result<Queued> 
     let m = call.model;
     Ok(Queued {
         pairs: call.ptr(&pairs),
-        red,
+        red: call.ptr(&red),
         ntr,
         gsc: o.gsc,
         gbb: o.gbb.filter(|_| m.has_bb),
         geb: o.geb.filter(|_| m.has_eb),
         bmarg: o.bmarg,
-        _pairs: Owner::Log { _out: pairs },
+        _owner: Owner::Log {
+            _out: pairs,
+            _red: red,
+        },
     })
 }
 
 /// The backward of `kernels/meet.cu`, then the log-domain forward and backward of the
 /// sequences it gave up, listed on the device (launched on every sequence: the blocks of
 /// the others return at once).
+///
+/// The engine's own buffers of the pass (the large results the caller gives no buffer for,
+/// and everything the reruns and the sums use) are carved out of one zeroed allocation.
 pub(super) fn meet_queued(call: &StreamCall<'_>, par: DevPtr, to: &Targets) -> Result<Queued> {
     let sh = call.shape;
     let (bn, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
     let m = call.model;
-    let (bufs, g) = call.meet_backward(par, m.has_eb, to)?;
-    let small = &bufs.small;
-    let list = call.zeros::<i32>(bn)?;
-    rerun_list(call, small.flag(), call.ptr(&list), bn)?;
-    let seq = Seq {
-        blocks: bn,
-        dev: Some(list),
-    };
-    // A rerun's backward writes every output and its own duration and transition marginals.
-    let o = LogGrads {
-        gsc: g.gsc,
-        gbb: Some(g.gbb),
-        geb: match g.geb {
-            Some(x) => Some(x),
-            None => Some(Buf::Own(call.zeros::<f64>(bn * t * c)?)),
-        },
-        bmarg: g.bmarg,
-        pdur: Some(call.zeros::<f64>(bn * k * c)?),
-        ptr: Some(call.zeros::<f64>(bn * c * c)?),
-        pst: small.pst(),
-        pen: small.pen(),
-        own: None,
-    };
-    let fwd = call.log_forward(SemiringId::Log, Some(&seq), Some(small.out()), |a| {
-        a.alpha = bufs.alpha;
-        a.u = bufs.u;
-    })?;
-    let lz = call.zeros::<f64>(bn)?;
-    take_even(call, small.out(), call.ptr(&lz), bn, false)?;
-    let mut a = call.args();
-    let _rings = o.fill_at(call, &mut a, call.ptr(&lz), bufs.alpha, bufs.u)?;
-    call.launch_on(Kernel::BwdStaticLog, &a, Some(&seq))?;
-    drop(fwd);
+    let btc = bn * t * c;
+    let own = |given: Option<DevPtr>, n: usize| if given.is_some() { 0 } else { n };
+    let fr = call.forward_rings(SemiringId::Log);
+    let [r0, r1, r2] = LogGrads::rings(call);
     let s = SumInputs {
-        two: Some((small.pdur(), small.ptr())),
-        one: (
-            call.ptr(part(&o.pdur, call)?),
-            call.ptr(part(&o.ptr, call)?),
-        ),
-        ends: (o.pst, o.pen),
-        redo: small.flag(),
+        two: None,
+        one: (DevPtr::NULL, DevPtr::NULL),
+        ends: (DevPtr::NULL, DevPtr::NULL),
+        redo: DevPtr::NULL,
         b: bn,
         kc: k * c,
         cc: c * c,
         nc: c,
     };
-    let red = call.zeros::<f64>(s.words())?;
-    shared_sum(call, &s, call.ptr(&red))?;
+    let (arena, at) = call.arena([
+        own(to.sc, btc),
+        own(to.bb, btc),
+        // A rerun's backward writes the end marginals whether or not the problem has an end
+        // boundary.
+        own(to.eb, btc),
+        own(to.bm, bn * t),
+        bn.div_ceil(2),
+        bn * k * c,
+        bn * c * c,
+        fr[0],
+        fr[1],
+        fr[2],
+        fr[3],
+        bn,
+        r0,
+        r1,
+        r2,
+        s.words(),
+    ])?;
+    let [
+        sc,
+        bb,
+        eb,
+        bm,
+        list,
+        pdur,
+        ptr,
+        f0,
+        f1,
+        f2,
+        f3,
+        lz,
+        b0,
+        b1,
+        b2,
+        red,
+    ] = at;
+    let pick = |given: Option<DevPtr>, mine: DevPtr| given.or(Some(mine));
+    let mine = Targets {
+        sc: pick(to.sc, sc),
+        bb: pick(to.bb, bb),
+        eb: pick(to.eb, eb),
+        bm: pick(to.bm, bm),
+        fresh: [sc, bb, eb, bm],
+    };
+    let (bufs, g) = call.meet_backward(par, m.has_eb, &mine)?;
+    let small = &bufs.small;
+    rerun_list(call, small.flag(), list, bn)?;
+    let seq = Seq {
+        blocks: bn,
+        dev: list,
+        _own: None,
+    };
+    // A rerun's backward writes every output and its own duration and transition marginals.
+    let o = LogGrads {
+        gsc: g.gsc,
+        gbb: Some(g.gbb),
+        geb: Some(g.geb.unwrap_or(Buf::Given(mine.eb.expect("set above")))),
+        bmarg: g.bmarg,
+        pdur: Some(Buf::Given(pdur)),
+        ptr: Some(Buf::Given(ptr)),
+        pst: small.pst(),
+        pen: small.pen(),
+        own: None,
+    };
+    call.log_forward_in(
+        SemiringId::Log,
+        Some(&seq),
+        small.out(),
+        [f0, f1, f2, f3],
+        |a| {
+            a.alpha = bufs.alpha;
+            a.u = bufs.u;
+        },
+    )?;
+    take_even(call, small.out(), lz, bn, false)?;
+    let mut a = call.args();
+    o.fill_in(call, &mut a, lz, bufs.alpha, bufs.u, [b0, b1, b2])?;
+    call.launch_on(Kernel::BwdStaticLog, &a, Some(&seq))?;
+    let s = SumInputs {
+        two: Some((small.pdur(), small.ptr())),
+        one: (pdur, ptr),
+        ends: (o.pst, o.pen),
+        redo: small.flag(),
+        ..s
+    };
+    shared_sum(call, &s, red)?;
     call.gpu.mark();
     Ok(Queued {
         pairs: small.out(),
@@ -165,6 +228,9 @@ pub(super) fn meet_queued(call: &StreamCall<'_>, par: DevPtr, to: &Targets) -> R
         gbb: o.gbb.filter(|_| m.has_bb),
         geb: o.geb.filter(|_| m.has_eb),
         bmarg: o.bmarg,
-        _pairs: Owner::Meet { _bufs: bufs },
+        _owner: Owner::Meet {
+            _bufs: bufs,
+            _arena: arena,
+        },
     })
 }
