@@ -1,6 +1,6 @@
 // Kernels around a call's inputs and outputs.
 //
-// `narrow_f32` (at the end): results into a caller's f32 buffer. `shared_check`: the shared
+// `copy_out` and `narrow_f32` (at the end): results into a caller's arrays. `shared_check`: the shared
 // parameters' part of the checks, when they are on the device.
 //
 // `check_input`: the checks of potentials that are already on the device (the host checks its
@@ -226,6 +226,40 @@ extern "C" __global__ void shared_check(const void* p0, const void* p1, const vo
         const double s = __dadd_rn(once, __dmul_rn((double)len[b], per));
         bound[b] = s;
         copy[off + b] = s;
+    }
+}
+
+// `copy_out`: a call's f64 results into the caller's arrays in one launch, up to OUT_ITEMS of
+// them: item k writes dst[k][i] = src[k][i·stride] for i < n[k] (stride 2 takes log Z out of
+// a forward pass's `(log Z, h)` pairs), rounded to the nearest f32 (as the host's `as f32`)
+// where the item is f32. The grid's blocks take the items in turn (block x: item x mod
+// `count`), each item's blocks a grid-stride loop over its values.
+#define OUT_ITEMS 10
+
+struct OArgs {
+    const double* src[OUT_ITEMS];
+    void* dst[OUT_ITEMS];
+    i64 n[OUT_ITEMS];
+    int stride[OUT_ITEMS];
+    int f32[OUT_ITEMS];
+    int count;
+};
+
+#include "OArgs_layout.cuh"
+
+extern "C" __global__ void copy_out(const OArgs a) {
+    const int k = (int)(blockIdx.x % (unsigned)a.count);
+    const i64 blocks = gridDim.x / (unsigned)a.count;
+    const i64 step = blocks * blockDim.x;
+    const double* src = a.src[k];
+    const i64 n = a.n[k], stride = a.stride[k];
+    for (i64 i = (i64)(blockIdx.x / (unsigned)a.count) * blockDim.x + threadIdx.x; i < n;
+         i += step) {
+        const double v = src[i * stride];
+        if (a.f32[k])
+            ((float*)a.dst[k])[i] = __double2float_rn(v);
+        else
+            ((double*)a.dst[k])[i] = v;
     }
 }
 

@@ -234,6 +234,22 @@ argument_block! {
     }
 }
 
+/// Items of one `copy_out` launch (`OUT_ITEMS` of `kernels/io.cu`).
+pub(crate) const OUT_ITEMS: usize = 10;
+
+argument_block! {
+    /// `copy_out`'s arguments (`struct OArgs` of `kernels/io.cu`, where each field is
+    /// described).
+    CopyArgs as "OArgs" {
+        src: [DevPtr; OUT_ITEMS],
+        dst: [DevPtr; OUT_ITEMS],
+        n: [i64; OUT_ITEMS],
+        stride: [i32; OUT_ITEMS],
+        f32: [i32; OUT_ITEMS],
+        count: i32,
+    }
+}
+
 argument_block! {
     /// The k-best kernel's arguments (`struct KArgs` of `kernels/kbest.cu`).
     KBestArgs as "KArgs" {
@@ -297,12 +313,13 @@ argument_block! {
 }
 
 /// Every argument block's layout.
-pub(crate) fn layouts() -> [Layout; 6] {
+pub(crate) fn layouts() -> [Layout; 7] {
     [
         StreamArgs::layout(),
         MeetArgs::layout(),
         EdgeArgs::layout(),
         CheckArgs::layout(),
+        CopyArgs::layout(),
         KBestArgs::layout(),
         SampleArgs::layout(),
     ]

@@ -219,6 +219,8 @@ kernels! {
     TakeEven = "take_even",
     /// `f64` results into a caller's `f32` buffer.
     NarrowF32 = "narrow_f32",
+    /// A call's results into the caller's arrays, in one launch.
+    CopyOut = "copy_out",
     /// `kernels/kbest.cu`: the k best segmentations.
     KBestFwd = "kbest_fwd",
     /// The shared parameters' checks when they are on the device.

@@ -5,13 +5,14 @@
 use std::marker::PhantomData;
 
 use cudarc::driver::sys::CUstream;
-use cudarc::driver::{CudaSlice, DevicePtrMut, DeviceRepr, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg};
 use ndarray::{Array1, Array2, ArrayD};
 use semicrf_core::{Error, Result, Shape};
 
-use crate::call::sums::{grid_stride, take_even};
+use crate::call::sums::grid_stride;
 use crate::call::{StreamCall, Targets};
 use crate::device::{Gpu, join, wait_for};
+use crate::kernel::args::{CopyArgs, OUT_ITEMS};
 use crate::kernel::{DevPtr, Kernel};
 use crate::resident::{DeviceArray, DevicePotentials, Dtype, check_address};
 use crate::streaming::{BackwardResults, Queued};
@@ -465,6 +466,8 @@ impl DeviceOutputs<'_> {
     pub(crate) fn finish_queued(&self, call: &StreamCall<'_>, q: Queued, wait: bool) -> Result<()> {
         let sh = call.shape;
         let (b, k, c) = (sh.batch, sh.max_duration, sh.labels);
+        // Every copy in one launch of `copy_out`: (from, to, values, stride).
+        let mut items: Vec<(DevPtr, &DeviceArrayMut<'_>, usize, i32)> = Vec::new();
         if self.scores.dtype == Dtype::F32 {
             let pairs = [
                 (Some(&q.gsc), Some(&self.scores)),
@@ -474,40 +477,61 @@ impl DeviceOutputs<'_> {
             ];
             for (src, dst) in pairs {
                 if let (Some(src), Some(dst)) = (src, dst) {
-                    narrow(call, src.ptr(call), dst)?;
+                    items.push((src.ptr(call), dst, dst.len, 1));
                 }
             }
         }
         if let Some(lz) = &self.log_z {
-            let f32 = lz.dtype == Dtype::F32;
-            take_even(call, q.pairs, DevPtr::at(lz.ptr), b, f32)?;
+            items.push((q.pairs, lz, b, 2));
         }
         // Where each sum lies among `q.red`'s words: duration, transition, start, end.
-        let red = q.red;
         let (kc, ntr) = (k * c, q.ntr);
         let at = [kc, 0, kc + ntr, kc + ntr + c];
         for (dst, words) in self.shared.iter().zip(at) {
-            let Some(dst) = dst else { continue };
-            let from = red.words(words);
-            match dst.dtype {
-                Dtype::F32 => narrow(call, from, dst)?,
-                Dtype::F64 => {
-                    // SAFETY: `dst` holds `dst.len` f64 of this device (checked), as many as
-                    // the sum at `from`; the copy is ordered on the engine's stream.
-                    unsafe {
-                        cudarc::driver::result::memcpy_dtod_async(
-                            dst.ptr,
-                            from.addr(),
-                            dst.len * 8,
-                            call.gpu.stream.cu_stream(),
-                        )
-                    }
-                    .map_err(|e| call.err(e))?;
-                }
+            if let Some(dst) = dst {
+                items.push((q.red.words(words), dst, dst.len, 1));
             }
         }
+        copy_out(call, &items)?;
         self.release(call, wait)
     }
+}
+
+/// Launches `copy_out` (`kernels/io.cu`): each item's `f64` values (every `stride`-th from
+/// its source) into the caller's array, rounded to `f32` where that is the array's type.
+fn copy_out(
+    call: &StreamCall<'_>,
+    items: &[(DevPtr, &DeviceArrayMut<'_>, usize, i32)],
+) -> Result<()> {
+    for chunk in items.chunks(OUT_ITEMS) {
+        let mut a = CopyArgs {
+            count: chunk.len() as i32,
+            ..CopyArgs::default()
+        };
+        for (i, &(src, dst, n, stride)) in chunk.iter().enumerate() {
+            a.src[i] = src;
+            a.dst[i] = DevPtr::at(dst.ptr);
+            a.n[i] = n as i64;
+            a.stride[i] = stride;
+            a.f32[i] = (dst.dtype == Dtype::F32) as i32;
+        }
+        let most = chunk.iter().map(|x| x.2).max().unwrap_or(1);
+        let per = grid_stride(most).grid_dim.0.min(4096);
+        let cfg = LaunchConfig {
+            grid_dim: (per * chunk.len() as u32, 1, 1),
+            ..grid_stride(most)
+        };
+        let mut l = call
+            .gpu
+            .stream
+            .launch_builder(call.gpu.function(Kernel::CopyOut));
+        l.arg(&a);
+        // SAFETY: `a` is `struct OArgs` (its layout asserted at compile time); each source
+        // holds `stride · n` f64 of the call's results and each destination `n` values of
+        // its type on this device (checked); a grid-stride loop over each item's `n`.
+        unsafe { l.launch(cfg) }.map_err(|e| call.err(e))?;
+    }
+    Ok(())
 }
 
 /// The values of a host result in memory order (the engine's arrays are standard layout).

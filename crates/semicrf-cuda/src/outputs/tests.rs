@@ -151,3 +151,52 @@ fn narrow_f32_rounds_as_the_host_does() {
     let got: Vec<u64> = got.iter().map(|y| y.to_bits()).collect();
     assert_eq!(got, want);
 }
+
+/// `copy_out` (`kernels/io.cu`), run on the CPU: every item of one launch, `f32` and `f64`,
+/// with strides 1 and 2, gets its source's values (every `stride`-th), rounded as the
+/// host's `as f32` where the item is `f32`, over grid-stride loops of several rounds.
+#[test]
+fn copy_out_copies_every_item_as_the_host_does() {
+    let exe = crate::emu::build_emulator("semicrf-copy-emu", "copy_main.cpp", &[]);
+    let Some(exe) = exe else { return };
+    let half = f64::from(f32::EPSILON) / 2.0;
+    let vals = |n: usize, seed: f64| -> Vec<f64> {
+        (0..n)
+            .map(|i| (i as f64 * seed).sin() * 1e3 + if i % 3 == 0 { half } else { 0.0 })
+            .collect()
+    };
+    // (values, stride, f32)
+    let items: Vec<(Vec<f64>, usize, bool)> = vec![
+        (vals(300, 0.7), 1, true),
+        (vals(2 * 9, 1.3), 2, true),
+        (vals(2 * 9, 1.9), 2, false),
+        (vals(150, 2.3), 1, false),
+        (vec![1e39, -1e-45, f64::INFINITY, -0.0], 1, true),
+    ];
+    let mut buf = (items.len() as i64).to_le_bytes().to_vec();
+    for (v, stride, f32) in &items {
+        for x in [(v.len() / stride) as i64, *stride as i64, *f32 as i64] {
+            buf.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    for (v, _, _) in &items {
+        for y in v {
+            buf.extend_from_slice(&y.to_le_bytes());
+        }
+    }
+    let got = crate::emu::run_emulated(&exe, &buf);
+    let want: Vec<u64> = items
+        .iter()
+        .flat_map(|(v, stride, f32)| {
+            v.iter().step_by(*stride).map(move |&y| {
+                if *f32 {
+                    f64::from(y as f32).to_bits()
+                } else {
+                    y.to_bits()
+                }
+            })
+        })
+        .collect();
+    let got: Vec<u64> = got.iter().map(|y| y.to_bits()).collect();
+    assert_eq!(got, want);
+}
