@@ -19,8 +19,8 @@ GPU the native call is then replayed alone with the same arguments (`--replays` 
 one step, so the buffers are alive): its wall-clock time, to set against the Rust API's
 `device_times` (crates/semicrf-bench/src/bin/device_times.rs); the whole step by CUDA
 events; and the steps back to back, as a training loop runs them (no wait between steps),
-by CUDA events over the loop: the time a step takes there, to set against `device_times`'
-loop of `backward_into_queued` calls. Floors of the same machine: a trivial `torch.autograd.Function` forward + sum +
+by CUDA events over the loop (the median of `--loops` loops): the time a step takes there,
+to set against `device_times`' loop of `backward_into_queued` calls. Floors of the same machine: a trivial `torch.autograd.Function` forward + sum +
 backward, and `x.sum().backward()`.
 
     python overhead.py                  # CUDA if available, else the CPU
@@ -51,6 +51,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
 ap.add_argument("--steps", type=int, default=31)
 ap.add_argument("--replays", type=int, default=21, help="replays of the native call alone")
+ap.add_argument("--loops", type=int, default=5, help="loops of --steps steps back to back")
 ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 ap.add_argument(
     "--lengths",
@@ -211,17 +212,22 @@ for name in args.shapes:
         print(f"  {label:<62} {statistics.median(per[key]):9.0f}")
     if cuda:
         # A training loop's pace: the steps back to back, no wait between them (the host
-        # prepares the next step while the device runs this one), by CUDA events over all.
-        sync()
-        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(args.steps):
-            st.log_partition(h, lengths, k, tr, dur).sum().backward()
-            h.grad = tr.grad = dur.grad = None
-        e.record()
-        sync()
-        loop = a.elapsed_time(e) * 1e3 / args.steps
-        print(f"  {'step in a loop of --steps steps (CUDA events / steps)':<62} {loop:9.0f}")
+        # prepares the next step while the device runs this one), by CUDA events over all;
+        # `--loops` such loops, their median (and range: a busy host shows there).
+        loops = []
+        for _ in range(args.loops):
+            sync()
+            a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(args.steps):
+                st.log_partition(h, lengths, k, tr, dur).sum().backward()
+                h.grad = tr.grad = dur.grad = None
+            e.record()
+            sync()
+            loops.append(a.elapsed_time(e) * 1e3 / args.steps)
+        loop = statistics.median(loops)
+        label = f"step in a loop of --steps steps (CUDA events / steps, median of {len(loops)})"
+        print(f"  {label:<62} {loop:9.0f}  ({min(loops):.0f}-{max(loops):.0f})")
         print(f"  {'step by CUDA events':<62} {statistics.median(events):9.0f}")
         if replay["ns"]:
             alone = statistics.median(replay["ns"]) / 1e3
