@@ -38,6 +38,29 @@ pub(crate) struct Queued {
     _owner: Owner,
 }
 
+impl Queued {
+    /// The results of a pass whose backward wrote `o`, with log Z in the `(log Z, h)` pairs
+    /// at `pairs` and the sums at `red` (`ntr` transition words), held by `owner`.
+    fn new(
+        call: &StreamCall<'_>,
+        o: LogGrads,
+        (pairs, red, ntr): (DevPtr, DevPtr, usize),
+        owner: Owner,
+    ) -> Queued {
+        let m = call.model;
+        Queued {
+            pairs,
+            red,
+            ntr,
+            gsc: o.gsc,
+            gbb: o.gbb.filter(|_| m.has_bb),
+            geb: o.geb.filter(|_| m.has_eb),
+            bmarg: o.bmarg,
+            _owner: owner,
+        }
+    }
+}
+
 /// What holds a queued pass's results (kept until the copies out of them are queued).
 enum Owner {
     Meet {
@@ -91,20 +114,12 @@ pub(super) fn log_queued(call: &StreamCall<'_>, to: &Targets) -> Result<Queued> 
     let red = call.zeros::<f64>(s.words())?;
     shared_sum(call, &s, call.ptr(&red))?;
     call.gpu.mark();
-    let m = call.model;
-    Ok(Queued {
-        pairs: call.ptr(&pairs),
-        red: call.ptr(&red),
-        ntr,
-        gsc: o.gsc,
-        gbb: o.gbb.filter(|_| m.has_bb),
-        geb: o.geb.filter(|_| m.has_eb),
-        bmarg: o.bmarg,
-        _owner: Owner::Log {
-            _out: pairs,
-            _red: red,
-        },
-    })
+    let (at, red_at) = (call.ptr(&pairs), call.ptr(&red));
+    let owner = Owner::Log {
+        _out: pairs,
+        _red: red,
+    };
+    Ok(Queued::new(call, o, (at, red_at, ntr), owner))
 }
 
 /// The backward of `kernels/meet.cu`, then the log-domain forward and backward of the
@@ -189,7 +204,7 @@ pub(super) fn meet_queued(call: &StreamCall<'_>, par: DevPtr, to: &Targets) -> R
     let o = LogGrads {
         gsc: g.gsc,
         gbb: Some(g.gbb),
-        geb: Some(g.geb.unwrap_or(Buf::Given(mine.eb.expect("set above")))),
+        geb: Some(g.geb.unwrap_or(Buf::Given(to.eb.unwrap_or(eb)))),
         bmarg: g.bmarg,
         pdur: Some(Buf::Given(pdur)),
         ptr: Some(Buf::Given(ptr)),
@@ -220,17 +235,10 @@ pub(super) fn meet_queued(call: &StreamCall<'_>, par: DevPtr, to: &Targets) -> R
     };
     shared_sum(call, &s, red)?;
     call.gpu.mark();
-    Ok(Queued {
-        pairs: small.out(),
-        red,
-        ntr: c * c,
-        gsc: o.gsc,
-        gbb: o.gbb.filter(|_| m.has_bb),
-        geb: o.geb.filter(|_| m.has_eb),
-        bmarg: o.bmarg,
-        _owner: Owner::Meet {
-            _bufs: bufs,
-            _arena: arena,
-        },
-    })
+    let pairs = small.out();
+    let owner = Owner::Meet {
+        _bufs: bufs,
+        _arena: arena,
+    };
+    Ok(Queued::new(call, o, (pairs, red, c * c), owner))
 }
