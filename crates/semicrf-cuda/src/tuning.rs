@@ -32,6 +32,9 @@ pub(crate) struct Tuning {
     /// Window terms per thread and block of steps the meet kernels' plan aims at
     /// (`SEMICRF_CUDA_MEET_ITEMS`).
     pub(crate) meet_items: usize,
+    /// Ring slots a block of the spread forward kernels aims at, 0 for never spreading a
+    /// sequence over several blocks (`SEMICRF_CUDA_SPREAD_SLOTS`).
+    pub(crate) spread_slots: usize,
 }
 
 /// Copies smaller than this (bytes) go straight from and to pageable memory.
@@ -50,6 +53,11 @@ pub(crate) const LANE_ITEMS: usize = 2;
 /// The default number of window terms per thread of the meet kernels (on an H100, 8 and 16
 /// beat 32 and 64 at S4-S6).
 pub(crate) const MEET_ITEMS: usize = 8;
+
+/// The default ring slots a block of the spread forward kernels (`kernels/spread.cu`) holds:
+/// a sequence whose longest duration is at least twice this runs on `⌈K / slots⌉` blocks (as
+/// the device can hold them all at once).
+pub(crate) const SPREAD_SLOTS: usize = 128;
 
 impl Tuning {
     /// The settings `var` gives (a function from a variable's name to its value).
@@ -82,6 +90,7 @@ impl Tuning {
             },
             lane_items: count("SEMICRF_CUDA_LANE_ITEMS", LANE_ITEMS),
             meet_items: count("SEMICRF_CUDA_MEET_ITEMS", MEET_ITEMS),
+            spread_slots: number("SEMICRF_CUDA_SPREAD_SLOTS").unwrap_or(SPREAD_SLOTS),
         }
     }
 }
@@ -119,6 +128,7 @@ mod tests {
                 one_copy_upto: ONE_COPY_UPTO,
                 lane_items: LANE_ITEMS,
                 meet_items: MEET_ITEMS,
+                spread_slots: SPREAD_SLOTS,
             }
         );
         let t = with(&[
@@ -130,12 +140,15 @@ mod tests {
             ("SEMICRF_CUDA_ONE_COPY_UPTO", "999999999999"),
             ("SEMICRF_CUDA_LANE_ITEMS", "4"),
             ("SEMICRF_CUDA_MEET_ITEMS", "0"),
+            ("SEMICRF_CUDA_SPREAD_SLOTS", "0"),
         ]);
         assert!(t.require_gpu && !t.wide_kernels && !t.keep_freed_memory);
         assert_eq!(t.nvrtc_flags, ["-lineinfo", "-G"]);
         assert_eq!((t.direct_below, t.one_copy_upto), (1000, STAGE_BYTES));
         // 0 items is no setting.
         assert_eq!((t.lane_items, t.meet_items), (4, MEET_ITEMS));
+        // 0 slots: never spread.
+        assert_eq!(t.spread_slots, 0);
         let off = with(&[
             ("SEMICRF_CUDA_PINNED", "0"),
             ("SEMICRF_CUDA_DIRECT_BELOW", "1000"),

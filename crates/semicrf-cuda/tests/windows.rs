@@ -84,3 +84,40 @@ fn cut_windows_match_the_cpu_engine_with_rings_in_global_memory() {
         }
     }
 }
+
+/// One long sequence spread over many thread blocks (`kernels/spread.cu`: `K` at least twice
+/// the slots a block holds), with windows that wrap around the ring, against the CPU engine;
+/// and log Z again bit for bit.
+#[test]
+fn long_sequences_spread_over_many_blocks_match_the_cpu_engine() {
+    let Some(gpu) = CudaEngine::usable_or_skip(0) else {
+        return;
+    };
+    let cpu = StreamingEngine::new();
+    for (n, shape) in [(1, 9000, 4096, 12), (2, 2500, 1024, 50), (3, 700, 300, 9)]
+        .into_iter()
+        .enumerate()
+    {
+        let owned = cut_problem(4100 + n as u64, shape, n == 1);
+        let p = Problem::Structured(owned.view().unwrap());
+        let tag = format!("{shape:?}");
+        let ok = Tolerance::F64_VALUES;
+        let z = Engine::<f64>::forward::<LogSemiring>(&gpu, &p).unwrap();
+        let again = Engine::<f64>::forward::<LogSemiring>(&gpu, &p).unwrap();
+        let zc = cpu.forward::<LogSemiring>(&p).unwrap();
+        let m = Engine::<f64>::forward::<MaxSemiring>(&gpu, &p).unwrap();
+        let mc = cpu.forward::<MaxSemiring>(&p).unwrap();
+        let v = Engine::<f64>::viterbi(&gpu, &p).unwrap();
+        let vc = cpu.viterbi(&p).unwrap();
+        for b in 0..shape.0 {
+            assert!(ok.ok(z[b], zc[b]), "{tag} {b}: log Z {} vs {}", z[b], zc[b]);
+            assert_eq!(
+                z[b].to_bits(),
+                again[b].to_bits(),
+                "{tag} {b}: a rerun differs"
+            );
+            assert!(ok.ok(m[b], mc[b]), "{tag} {b}: max {} vs {}", m[b], mc[b]);
+            assert_eq!(v[b].segments, vc[b].segments, "{tag} {b}: Viterbi");
+        }
+    }
+}

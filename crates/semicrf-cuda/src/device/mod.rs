@@ -34,6 +34,8 @@ pub(crate) struct Gpu {
     wide: Mutex<HashMap<(usize, usize), Wide>>,
     /// The most dynamic shared memory a block may use (bytes), opted in for every kernel.
     pub(crate) smem_limit: usize,
+    /// The device's multiprocessors.
+    pub(crate) sms: usize,
     /// Calls on one device are serialised: they share the stream and its buffers' order.
     pub(crate) lock: Mutex<()>,
     /// Whether allocations are being counted ([`Gpu::measure`]).
@@ -326,6 +328,10 @@ fn open(ordinal: usize) -> Opened {
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         .map_err(|e| format!("shared memory limit: {e:?}"))?
         .max(48 * 1024);
+    let sms = ctx
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map_err(|e| format!("multiprocessors: {e:?}"))?
+        .max(1) as usize;
     let names = Kernel::ALL.iter().map(|&k| (k, k.name().to_string()));
     let (module, functions) = nvrtc::load(&ctx, ptx, names, smem_limit)?;
     let stream = ctx.default_stream();
@@ -342,6 +348,7 @@ fn open(ordinal: usize) -> Opened {
         arch,
         wide: Mutex::new(HashMap::new()),
         smem_limit: smem_limit as usize,
+        sms,
         lock: Mutex::new(()),
         measuring: AtomicBool::new(false),
         allocated: AtomicU64::new(0),

@@ -312,10 +312,24 @@ argument_block! {
     }
 }
 
+argument_block! {
+    /// The spread forward kernels' second argument (`struct Spread` of `kernels/spread.cu`):
+    /// the partials of each block and label, the grid barriers' counters, blocks a sequence.
+    SpreadArgs as "Spread" {
+        pm: DevPtr,
+        ps: DevPtr,
+        pa: DevPtr,
+        bar: DevPtr,
+        nb: i32,
+        pad: i32,
+    }
+}
+
 /// Every argument block's layout.
-pub(crate) fn layouts() -> [Layout; 7] {
+pub(crate) fn layouts() -> [Layout; 8] {
     [
         StreamArgs::layout(),
+        SpreadArgs::layout(),
         MeetArgs::layout(),
         EdgeArgs::layout(),
         CheckArgs::layout(),

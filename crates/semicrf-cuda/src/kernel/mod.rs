@@ -5,13 +5,16 @@
 
 pub(crate) mod args;
 
-pub(crate) use args::{CheckArgs, DevPtr, EdgeArgs, KBestArgs, MeetArgs, SampleArgs, StreamArgs};
+pub(crate) use args::{
+    CheckArgs, DevPtr, EdgeArgs, KBestArgs, MeetArgs, SampleArgs, SpreadArgs, StreamArgs,
+};
 
 /// The kernel sources by file name, as the `#include`s name them.
-pub(crate) const SOURCES: [(&str, &str); 12] = [
+pub(crate) const SOURCES: [(&str, &str); 13] = [
     ("semiring.cuh", include_str!("../../kernels/semiring.cuh")),
     ("window.cuh", include_str!("../../kernels/window.cuh")),
     ("streaming.cu", include_str!("../../kernels/streaming.cu")),
+    ("spread.cu", include_str!("../../kernels/spread.cu")),
     ("edge.cu", include_str!("../../kernels/edge.cu")),
     (
         "meet_common.cuh",
@@ -187,6 +190,10 @@ kernels! {
     FwdDdLog = "fwd_dd_log",
     FwdDdMax = "fwd_dd_max",
     FwdDdEnt = "fwd_dd_ent",
+    /// `kernels/spread.cu`: forward, static transition, one sequence over several blocks
+    /// (log and max semirings).
+    FwdSpreadLog = "fwd_spread_log",
+    FwdSpreadMax = "fwd_spread_max",
     /// Backward, static transition.
     BwdStaticLog = "bwd_static_log",
     /// Backward, `(K, C, C)` transition.

@@ -1,12 +1,15 @@
 //! The host side of the log-domain streaming kernels (`kernels/streaming.cu`): every semiring,
 //! both forms of the transition, Viterbi's backpointers and the log semiring's backward, one
-//! thread block per sequence. The meet kernels' sequences given up are rerun here.
+//! thread block per sequence, or one long sequence over several ([`spread`]). The meet
+//! kernels' sequences given up are rerun here.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use semicrf_core::{Error, Result};
 
 use crate::call::{Arena, Buf, Seq, StreamCall, Targets};
 use crate::kernel::{DevPtr, Kernel, SemiringId, StreamArgs, TASKS};
+
+pub(crate) mod spread;
 
 /// A kernel's use of shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -201,6 +204,10 @@ impl StreamCall<'_> {
         [a.ring, a.ringh, a.ring2, a.ring2h] = rings;
         a.out = out;
         extra(&mut a);
+        let seqs = seq.map_or(self.shape.batch, |q| q.blocks);
+        if let Some(p) = self.spread_plan(ring, seqs) {
+            return self.launch_spread(ring, &a, seq, p);
+        }
         let kernel = match (self.dd, ring) {
             (false, SemiringId::Log) => Kernel::FwdStaticLog,
             (false, SemiringId::Max) => Kernel::FwdStaticMax,

@@ -3,7 +3,7 @@
 //! others never), `-inf` transitions and durations, 33 to 70 labels, rings in shared and in
 //! global memory, and a sequence that no segmentation can label.
 
-use super::smem;
+use super::{smem, spread};
 use crate::emu::{build_emulator, run_emulated};
 use crate::kernel::{Kernel, STEPS, shared_defines};
 use semicrf_core::reference::Reference;
@@ -47,9 +47,23 @@ fn emulate(
     exe: &std::path::Path,
     p: &OwnedPotentials<f64>,
     mode: Mode,
+    plan: (usize, usize),
+    ring: bool,
+    up: &[f64],
+) -> Vec<f64> {
+    emulate_on(exe, p, mode, plan, ring, up, 1)
+}
+
+/// [`emulate`] with each sequence spread over `nb` blocks where `nb > 1` (log Z and Viterbi
+/// only: the kernels of `kernels/spread.cu`).
+fn emulate_on(
+    exe: &std::path::Path,
+    p: &OwnedPotentials<f64>,
+    mode: Mode,
     (team, threads): (usize, usize),
     ring: bool,
     up: &[f64],
+    nb: usize,
 ) -> Vec<f64> {
     let v = p.view().unwrap();
     let sh = v.shape();
@@ -68,8 +82,11 @@ fn emulate(
             smem(kernel, k, c, full.bytes - 8)
         }
     };
-    let (mf, mb) = (place(fwd), place(Kernel::BwdStaticLog));
+    let (mut mf, mb) = (place(fwd), place(Kernel::BwdStaticLog));
     assert_eq!(mf.ring, ring);
+    if nb > 1 {
+        mf.bytes = 8 * spread::smem_words(c, mf.ch.min(mb.ch), k.div_ceil(nb));
+    }
     let mut buf: Vec<u8> = Vec::new();
     let header = [
         b,
@@ -85,6 +102,7 @@ fn emulate(
         mb.ring as usize,
         mb.acc as usize,
         mb.bytes,
+        nb,
     ];
     for x in header.into_iter().chain(v.lengths().iter().copied()) {
         buf.extend_from_slice(&(x as i64).to_le_bytes());
@@ -265,5 +283,82 @@ fn the_emulated_kernels_leave_no_access_unordered() {
     for ring in [true, false] {
         emulate(&exe, &owned, Mode::Backward, (4, 32), ring, &[1.0, 0.5]);
         emulate(&exe, &owned, Mode::Viterbi, (8, 64), ring, &[1.0, 0.5]);
+    }
+}
+
+#[test]
+fn the_spread_kernels_match_the_reference_under_a_cpu_emulation() {
+    let Some(exe) = emulator() else { return };
+    // (B, T, K, C) and blocks a sequence: slot ranges of unequal sizes, windows that wrap
+    // around the ring many times, labels cut and never cut, durations capped or not.
+    let cases = [
+        ((2, 30, 13, 33), 3),
+        ((1, 40, 24, 6), 4),
+        ((1, 25, 16, 5), 2),
+        ((2, 18, 9, 7), 5),
+    ];
+    for (n, &(shape, nb)) in cases.iter().enumerate() {
+        let b = shape.0;
+        let seed = 4100 + n as u64;
+        let mut owned = cut_problem(seed, shape, n % 2 == 1);
+        if n == 3 {
+            // Sequence 1 loses every label at its first position: -inf, not NaN.
+            for j in 0..shape.3 {
+                owned.scores[[1, 0, j]] = f64::NEG_INFINITY;
+            }
+        }
+        let p = Problem::Structured(owned.view().unwrap());
+        let tag = format!("{shape:?} over {nb} blocks");
+        let up = upstream(seed, b);
+        let plan = (4, 32);
+        let log_z = Reference.forward::<LogSemiring>(&p).unwrap();
+        let out = emulate_on(&exe, &owned, Mode::Log, plan, true, &up, nb);
+        let again = emulate_on(&exe, &owned, Mode::Log, plan, true, &up, nb);
+        assert_eq!(bits(&out), bits(&again), "{tag}: a rerun differs");
+        for x in 0..b {
+            let z = out[2 * x];
+            let ok = Tolerance::F64_VALUES.ok(z, log_z[x]) || (z == log_z[x]);
+            assert!(ok, "{tag}: log Z {z} vs {}", log_z[x]);
+        }
+        let best = Reference.viterbi(&p).unwrap();
+        let max = Reference.forward::<MaxSemiring>(&p).unwrap();
+        let out = emulate_on(&exe, &owned, Mode::Viterbi, plan, true, &up, nb);
+        // The one-block kernel's backpointers, tie for tie.
+        let one = emulate(&exe, &owned, Mode::Viterbi, plan, true, &up);
+        assert_eq!(
+            bits(&out),
+            bits(&one),
+            "{tag}: Viterbi against one block a sequence"
+        );
+        let t1 = shape.1 + 1;
+        let c = shape.3;
+        let (bpd, rest) = out[2 * b..].split_at(b * t1 * c);
+        let (bpi, last) = rest.split_at(b * t1 * c);
+        let v = owned.view().unwrap();
+        for x in 0..b {
+            assert!(
+                Tolerance::F64_VALUES.ok(out[2 * x], max[x]) || out[2 * x] == max[x],
+                "{tag}: max"
+            );
+            if max[x] == f64::NEG_INFINITY {
+                continue;
+            }
+            let at = |s: usize, j: usize| (x * t1 + s) * c + j;
+            let got = decode_best(
+                v.lengths()[x],
+                c,
+                |j| last[x * c + j] + v.end_at(j),
+                |s, j| {
+                    let d = bpd[at(s, j)] as usize;
+                    let prev = if s == d {
+                        0
+                    } else {
+                        bpi[at(s - d, j)] as usize
+                    };
+                    (d, prev)
+                },
+            );
+            assert_eq!(got.segments, best[x].segments, "{tag}: Viterbi of {x}");
+        }
     }
 }

@@ -18,7 +18,7 @@ pub(crate) use results::{BackwardResults, ready_outputs};
 use crate::call::{Buf, Model, Source, StreamCall, Targets};
 use crate::device::Gpu;
 use crate::kernel::{DevPtr, Kernel, SemiringId};
-use crate::logdomain::{LogGrads, own_part};
+use crate::logdomain::{LogGrads, own_part, spread};
 use crate::meet;
 
 /// The meet kernels' threads a block and prepared parameters for `model`, where `meet`
@@ -66,7 +66,11 @@ pub(crate) fn forward<F: Scalar>(
         model,
         src,
         &[],
-        meet_setup(gpu, model, meet && ring == SemiringId::Log),
+        meet_setup(
+            gpu,
+            model,
+            meet && ring == SemiringId::Log && !spread::spreads(gpu, model),
+        ),
     )?;
     let out = match &call.par {
         Some(par) => {

@@ -112,6 +112,33 @@ void launch(void (*kernel)(A), unsigned grid, unsigned block, size_t smem, A arg
         for (auto& x : th) x.join();
     }
 }
+
+// Runs `kernel` on `grid` blocks of `block` threads all at once (a cooperative launch: the
+// blocks may wait for each other at a grid barrier), with `smem` bytes of dynamic shared
+// memory each.
+template <class... A>
+void launch_coop(void (*kernel)(A...), unsigned grid, unsigned block, size_t smem, A... args) {
+    blockDim.x = block;
+    gridDim.x = grid;
+    std::vector<std::unique_ptr<Block>> blocks;
+    for (unsigned bx = 0; bx < grid; ++bx) {
+        auto blk = std::make_unique<Block>();
+        blk->bar = std::make_unique<std::barrier<>>(block);
+        for (unsigned w = 0; w < (block + 31) / 32; ++w) blk->warps.push_back(std::make_unique<Warp>());
+        blk->smem.assign(smem / 8 + 1, std::nan(""));
+        blocks.push_back(std::move(blk));
+    }
+    std::vector<std::thread> th;
+    for (unsigned bx = 0; bx < grid; ++bx)
+        for (unsigned t = 0; t < block; ++t)
+            th.emplace_back([&, t, bx] {
+                threadIdx.x = t;
+                blockIdx.x = bx;
+                cur = blocks[bx].get();
+                kernel(args...);
+            });
+    for (auto& x : th) x.join();
+}
 }  // namespace emu
 
 #define MEET_SMEM(name) double* name = emu::cur->smem.data()
@@ -171,6 +198,18 @@ std::vector<T> read(FILE* f, size_t n) {
     return v;
 }
 }  // namespace emu
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+// A load of what another block wrote before a grid barrier (kernels/spread.cu), and the
+// barrier's poll of its counter (yielding, as the emulation's threads outnumber the cores).
+#define SPREAD_LOAD(p) (*(p))
+inline unsigned long long emu_poll(const unsigned long long* p) {
+    std::this_thread::yield();
+    return __atomic_load_n(p, __ATOMIC_SEQ_CST);
+}
+#define SPREAD_POLL(p) emu_poll(p)
 inline int atomicOr(int* p, int v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline int atomicMax(int* p, int v) {

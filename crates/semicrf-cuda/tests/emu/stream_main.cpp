@@ -6,7 +6,9 @@
 // INPUT (little-endian): i64 header B, T, K, C, team, threads, ch, mode (0: forward log, 1:
 // Viterbi, 2: forward entropy, 3: forward log saving α and u, then the backward), ring_f,
 // bytes_f (the forward's ring in shared memory, its dynamic shared memory), ring_b, acc_b,
-// bytes_b (the backward's); i64 lengths[B]; f64 scores[B·T·C], transition[C·C] (i·C + j),
+// bytes_b (the backward's), nb (blocks a sequence: above 1, modes 0 and 1 run
+// kernels/spread.cu's kernels on nb blocks a sequence, with bytes_f their shared memory);
+// i64 lengths[B]; f64 scores[B·T·C], transition[C·C] (i·C + j),
 // duration[K·C] ((d-1)·C + j), start[C], end[C], upstream[B]. The layouts are the host's
 // (`logdomain::smem`).
 //
@@ -22,7 +24,7 @@
 
 #define STREAM_SMEM(name) double* name = emu::cur->smem.data()
 #define STREAM_SMEM_END(end) MT_SMEM_END(end)
-#include "streaming.cu"
+#include "spread.cu"
 
 int main(int argc, char** argv) {
     if (argc != 3) {
@@ -31,9 +33,9 @@ int main(int argc, char** argv) {
     }
     FILE* in = fopen(argv[1], "rb");
     if (!in) return 2;
-    const auto h = emu::read<long long>(in, 13);
+    const auto h = emu::read<long long>(in, 14);
     const long long B = h[0], T = h[1], K = h[2], C = h[3], team = h[4], threads = h[5];
-    const long long ch = h[6], mode = h[7];
+    const long long ch = h[6], mode = h[7], nb = h[13];
     const auto len = emu::read<long long>(in, B);
     const auto sc = emu::read<double>(in, B * T * C);
     const auto tr = emu::read<double>(in, C * C);
@@ -78,7 +80,18 @@ int main(int argc, char** argv) {
         a.alpha = alpha.data();
         a.u = u.data();
     }
-    emu::launch(fwd, B, threads, bytes_f, a);
+    if (nb > 1 && mode < 2) {
+        // The partials and the barriers' counters (zero).
+        const size_t np = 2 * B * C * nb;
+        std::vector<double> pm(np), ps(np);
+        std::vector<int> pa(np);
+        std::vector<unsigned long long> bar(B);
+        Spread w{pm.data(), ps.data(), pa.data(), bar.data(), (int)nb, 0};
+        emu::launch_coop(mode == 1 ? fwd_spread_max : fwd_spread_log, (unsigned)(B * nb),
+                         (unsigned)threads, bytes_f, a, w);
+    } else {
+        emu::launch(fwd, B, threads, bytes_f, a);
+    }
     if (mode == 3) {
         for (long long b = 0; b < B; ++b) lz[b] = out[2 * b];
         Args g = a;
