@@ -10,6 +10,7 @@ use crate::call::{Model, Source, StreamCall, Targets};
 use crate::device::{self, MemoryUse};
 use crate::edge;
 use crate::kernel::{SemiringId, What};
+use crate::logdomain::spread;
 use crate::outputs::{DeviceOutputs, HostBackward};
 use crate::resident::{DeviceBackward, DevicePotentials, DevicePotentialsBuilder};
 use crate::streaming::{self, BackwardResults};
@@ -443,10 +444,20 @@ impl EngineInfo for CudaEngine {
         let bytes = if self.edge_form() {
             edge::bytes(query.shape, what)
         } else {
-            // Where the kernels keep their rings depends on the device's shared memory.
-            let smem = self.gpu().map_or(48 * 1024, |g| g.smem_limit);
+            // Where the kernels keep their rings depends on the device's shared memory, and
+            // whether a sequence is spread over several blocks on its multiprocessors.
+            let gpu = self.gpu().ok();
+            let smem = gpu.as_ref().map_or(48 * 1024, |g| g.smem_limit);
+            let sh = query.shape;
+            let (b, k, c) = (sh.batch, sh.max_duration, sh.labels);
+            let spread = match gpu {
+                Some(g) if !dd => spread::backward_copies(b, k, c, g.sms, g.smem_limit),
+                _ => 0,
+            };
+            let spreads = spread > 0 && k * c >= crate::tuning::SPREAD_OVER_MEET;
             let dtype = query.dtype_bytes as usize;
-            streaming::memory::bytes(query.shape, (dd, given), what, dtype, smem, self.linear)
+            let how = (self.linear && !spreads, spread);
+            streaming::memory::bytes(query.shape, (dd, given), what, dtype, smem, how)
         };
         bytes.finish(&self.backend(), query.shape)
     }

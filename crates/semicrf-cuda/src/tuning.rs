@@ -54,6 +54,13 @@ pub(crate) const LANE_ITEMS: usize = 2;
 /// beat 32 and 64 at S4-S6).
 pub(crate) const MEET_ITEMS: usize = 8;
 
+/// The fewest window items a position (`K·C`) at which the log semiring's calls run spread
+/// over several blocks rather than in the meet kernels (Viterbi spreads whatever `K·C`). On
+/// an H100 (2026-11-27), forward and forward+backward: at `(1, 20000, 8192, 50)` (409,600)
+/// spread 244 and 570 ms against the meet kernels' 881 and 2,825 ms; at
+/// `(1, 100000, 1000, 24)` (24,000) spread 870 and 2,060 ms against 626 and 1,581 ms.
+pub(crate) const SPREAD_OVER_MEET: usize = 65_536;
+
 /// The default ring slots a block of the spread forward kernels (`kernels/spread.cu`) holds:
 /// a sequence whose longest duration is at least twice this runs on `⌈K / slots⌉` blocks (as
 /// the device can hold them all at once).

@@ -49,7 +49,7 @@ pub(crate) fn bytes(
         What::Forward(SemiringId::Max),
         dtype_bytes,
         0,
-        false,
+        (false, 0),
     );
     inputs
         + ByteCount::bytes(&[b, t, c, k, 16])

@@ -320,6 +320,7 @@ argument_block! {
         ps: DevPtr,
         pa: DevPtr,
         bar: DevPtr,
+        pd: DevPtr,
         nb: i32,
         pad: i32,
     }

@@ -194,6 +194,8 @@ kernels! {
     /// (log and max semirings).
     FwdSpreadLog = "fwd_spread_log",
     FwdSpreadMax = "fwd_spread_max",
+    /// Backward, static transition, one sequence over several blocks.
+    BwdSpreadLog = "bwd_spread_log",
     /// Backward, static transition.
     BwdStaticLog = "bwd_static_log",
     /// Backward, `(K, C, C)` transition.

@@ -109,6 +109,12 @@ impl StreamCall<'_> {
         seq: Option<&Seq>,
     ) -> Result<()> {
         let sh = self.shape;
+        if kernel == Kernel::BwdStaticLog {
+            let seqs = seq.map_or(sh.batch, |q| q.blocks);
+            if let Some(p) = self.spread_plan(spread::Pass::Backward, seqs) {
+                return self.launch_spread(spread::Pass::Backward, args, seq, p);
+            }
+        }
         let m = smem(kernel, sh.max_duration, sh.labels, self.gpu.smem_limit);
         let f = self.gpu.function(kernel);
         if m.bytes > self.gpu.smem_limit {
@@ -205,8 +211,8 @@ impl StreamCall<'_> {
         a.out = out;
         extra(&mut a);
         let seqs = seq.map_or(self.shape.batch, |q| q.blocks);
-        if let Some(p) = self.spread_plan(ring, seqs) {
-            return self.launch_spread(ring, &a, seq, p);
+        if let Some(p) = self.spread_plan(spread::Pass::Forward(ring), seqs) {
+            return self.launch_spread(spread::Pass::Forward(ring), &a, seq, p);
         }
         let kernel = match (self.dd, ring) {
             (false, SemiringId::Log) => Kernel::FwdStaticLog,

@@ -54,8 +54,8 @@ fn emulate(
     emulate_on(exe, p, mode, plan, ring, up, 1)
 }
 
-/// [`emulate`] with each sequence spread over `nb` blocks where `nb > 1` (log Z and Viterbi
-/// only: the kernels of `kernels/spread.cu`).
+/// [`emulate`] with each sequence spread over `nb` blocks where `nb > 1` (log Z, Viterbi and
+/// the backward: the kernels of `kernels/spread.cu`).
 fn emulate_on(
     exe: &std::path::Path,
     p: &OwnedPotentials<f64>,
@@ -82,10 +82,12 @@ fn emulate_on(
             smem(kernel, k, c, full.bytes - 8)
         }
     };
-    let (mut mf, mb) = (place(fwd), place(Kernel::BwdStaticLog));
+    let (mut mf, mut mb) = (place(fwd), place(Kernel::BwdStaticLog));
     assert_eq!(mf.ring, ring);
     if nb > 1 {
-        mf.bytes = 8 * spread::smem_words(c, mf.ch.min(mb.ch), k.div_ceil(nb));
+        let (ch, p) = (mf.ch.min(mb.ch), k.div_ceil(nb));
+        mf.bytes = 8 * spread::smem_words(c, ch, p, 3);
+        mb.bytes = 8 * spread::smem_words(c, ch, p, 5);
     }
     let mut buf: Vec<u8> = Vec::new();
     let header = [
@@ -103,6 +105,7 @@ fn emulate_on(
         mb.acc as usize,
         mb.bytes,
         nb,
+        usize::from(v.begin_boundary().is_some() && v.end_boundary().is_some()),
     ];
     for x in header.into_iter().chain(v.lengths().iter().copied()) {
         buf.extend_from_slice(&(x as i64).to_le_bytes());
@@ -111,7 +114,18 @@ fn emulate_on(
     let dur = (0..k * c).map(|x| v.duration_at(x / c + 1, x % c));
     let st = (0..c).map(|j| v.start_at(j));
     let en = (0..c).map(|j| v.end_at(j));
-    let all = v.scores().iter().copied().chain(tr).chain(dur).chain(st);
+    let bnd: Vec<f64> = match (v.begin_boundary(), v.end_boundary()) {
+        (Some(bb), Some(eb)) => bb.iter().chain(eb.iter()).copied().collect(),
+        _ => Vec::new(),
+    };
+    let all = v
+        .scores()
+        .iter()
+        .copied()
+        .chain(bnd)
+        .chain(tr)
+        .chain(dur)
+        .chain(st);
     for x in all.chain(en).chain(up.iter().copied()) {
         buf.extend_from_slice(&x.to_le_bytes());
     }
@@ -359,6 +373,85 @@ fn the_spread_kernels_match_the_reference_under_a_cpu_emulation() {
                 },
             );
             assert_eq!(got.segments, best[x].segments, "{tag}: Viterbi of {x}");
+        }
+        let Ok(want) = Reference.backward(&p, &up) else {
+            continue;
+        };
+        let out = emulate_on(&exe, &owned, Mode::Backward, plan, true, &up, nb);
+        let again = emulate_on(&exe, &owned, Mode::Backward, plan, true, &up, nb);
+        assert_eq!(
+            bits(&out),
+            bits(&again),
+            "{tag}: a rerun of the backward differs"
+        );
+        let (t, k, tol) = (shape.1, shape.2, Tolerance::F64_GRADS);
+        let gsc = &out[2 * b..2 * b + b * t * c];
+        let want_sc = want.grad.scores.as_ref().unwrap();
+        for (i, (&g, &w)) in gsc.iter().zip(want_sc.iter()).enumerate() {
+            assert!(tol.ok(g, w), "{tag}: scores' gradient {i}: {g} vs {w}");
+        }
+        let pdur = &out[2 * b + b * t * c + b * t..][..b * k * c];
+        let want_dur = want.grad.duration.as_ref().unwrap();
+        for (i, &w) in want_dur.iter().enumerate() {
+            let g: f64 = (0..b).map(|x| up[x] * pdur[x * k * c + i]).sum();
+            assert!(tol.ok(g, w), "{tag}: duration's gradient {i}: {g} vs {w}");
+        }
+        let ptr = &out[2 * b + b * t * c + b * t + b * k * c..][..b * c * c];
+        let want_tr = want.grad.transition.as_ref().unwrap();
+        for (i, &w) in want_tr.iter().enumerate() {
+            let g: f64 = (0..b).map(|x| up[x] * ptr[x * c * c + i]).sum();
+            assert!(tol.ok(g, w), "{tag}: transition's gradient {i}: {g} vs {w}");
+        }
+    }
+}
+
+/// Begin and end boundaries, ragged lengths and a label far ahead of the others (log Z near
+/// 10³), one block a sequence and spread over four: log Z, Viterbi and the gradients against
+/// the reference.
+#[test]
+fn boundaries_match_the_reference_on_one_block_and_spread_under_a_cpu_emulation() {
+    let Some(exe) = emulator() else { return };
+    let (b, t, k, c) = (2, 150, 20, 3);
+    let mut spec = GenSpec::new(b, t, k, c).everything();
+    spec.transition = semicrf_core::testing::TransitionKind::Static;
+    let mut owned = random_problem(17, &spec);
+    owned
+        .scores
+        .indexed_iter_mut()
+        .for_each(|(ix, x)| if ix[2] == 0 { *x += 4.0 } else { *x -= 4.0 });
+    let p = Problem::Structured(owned.view().unwrap());
+    let up = upstream(5, b);
+    let log_z = Reference.forward::<LogSemiring>(&p).unwrap();
+    let best = Reference.forward::<MaxSemiring>(&p).unwrap();
+    let want = Reference.backward(&p, &up).unwrap();
+    for nb in [1, 4] {
+        let tag = format!("boundaries over {nb} blocks");
+        let out = emulate_on(&exe, &owned, Mode::Log, (4, 32), true, &up, nb);
+        let max = emulate_on(&exe, &owned, Mode::Viterbi, (4, 32), true, &up, nb);
+        for x in 0..b {
+            assert!(
+                Tolerance::F64_VALUES.ok(out[2 * x], log_z[x]),
+                "{tag}: log Z"
+            );
+            assert!(Tolerance::F64_VALUES.ok(max[2 * x], best[x]), "{tag}: max");
+        }
+        let out = emulate_on(&exe, &owned, Mode::Backward, (4, 32), true, &up, nb);
+        let gsc = &out[2 * b..2 * b + b * t * c];
+        let want_sc = want.grad.scores.as_ref().unwrap();
+        for (i, (&g, &w)) in gsc.iter().zip(want_sc.iter()).enumerate() {
+            assert!(
+                Tolerance::F64_GRADS.ok(g, w),
+                "{tag}: scores' gradient {i}: {g} vs {w}"
+            );
+        }
+        let pdur = &out[2 * b + b * t * c + b * t..][..b * k * c];
+        let want_dur = want.grad.duration.as_ref().unwrap();
+        for (i, &w) in want_dur.iter().enumerate() {
+            let g: f64 = (0..b).map(|x| up[x] * pdur[x * k * c + i]).sum();
+            assert!(
+                Tolerance::F64_GRADS.ok(g, w),
+                "{tag}: duration's gradient {i}"
+            );
         }
     }
 }

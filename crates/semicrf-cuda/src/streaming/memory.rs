@@ -11,14 +11,17 @@ use crate::meet;
 /// boundaries `given` (`[begin, end]`), with a `(K, C, C)` transition where `dd`. `smem_limit`
 /// (bytes of shared memory a block may use) decides where the kernels of `kernels/meet.cu`
 /// keep their rings and accumulators. A call that may run them counts their buffers and
-/// those of the log-domain rerun of every sequence they could give up.
+/// those of the log-domain rerun of every sequence they could give up (`meet`: false where the
+/// call is spread over several blocks a sequence instead). `spread`: the words of the
+/// duration marginals' copies of a backward spread over several blocks a sequence, its own or
+/// its rerun's (`logdomain::spread::backward_copies`; 0 where none is).
 pub(crate) fn bytes(
     shape: Shape,
     (dd, given): (bool, [bool; 2]),
     what: What,
     dtype_bytes: usize,
     smem_limit: usize,
-    meet: bool,
+    (meet, spread): (bool, usize),
 ) -> ByteCount {
     let (b, t, k, c) = (shape.batch, shape.len, shape.max_duration, shape.labels);
     let tr = if dd {
@@ -65,6 +68,7 @@ pub(crate) fn bytes(
             meet::bytes(shape, true, lay, true)
                 + ByteCount::f64s(&[b])
                 + rings(5)
+                + ByteCount::f64s(&[spread])
                 + ByteCount::f64s(&[b, c, c])
                 + lists
                 + lists
@@ -85,6 +89,7 @@ pub(crate) fn bytes(
                 + ptr
                 + ByteCount::f64s(&[2, b, c])
                 + ByteCount::f64s(&[2, b])
+                + ByteCount::f64s(&[spread])
         }
     };
     inputs + work

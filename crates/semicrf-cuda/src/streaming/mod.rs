@@ -187,7 +187,7 @@ fn with_call<F: Scalar, R>(
         model,
         src,
         upstream,
-        meet_setup(gpu, model, meet),
+        meet_setup(gpu, model, meet && !spread::spreads(gpu, model)),
     )?;
     f(&call)
 }

@@ -6,9 +6,9 @@
 // INPUT (little-endian): i64 header B, T, K, C, team, threads, ch, mode (0: forward log, 1:
 // Viterbi, 2: forward entropy, 3: forward log saving α and u, then the backward), ring_f,
 // bytes_f (the forward's ring in shared memory, its dynamic shared memory), ring_b, acc_b,
-// bytes_b (the backward's), nb (blocks a sequence: above 1, modes 0 and 1 run
-// kernels/spread.cu's kernels on nb blocks a sequence, with bytes_f their shared memory);
-// i64 lengths[B]; f64 scores[B·T·C], transition[C·C] (i·C + j),
+// bytes_b (the backward's), nb (blocks a sequence: above 1, modes 0, 1 and 3 run
+// kernels/spread.cu's kernels on nb blocks a sequence, with bytes_f and bytes_b their shared
+// memory), bnd (1: begin and end boundaries follow the scores); i64 lengths[B]; f64 scores[B·T·C], transition[C·C] (i·C + j),
 // duration[K·C] ((d-1)·C + j), start[C], end[C], upstream[B]. The layouts are the host's
 // (`logdomain::smem`).
 //
@@ -19,6 +19,7 @@
 // them.
 #include "emu.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -33,11 +34,13 @@ int main(int argc, char** argv) {
     }
     FILE* in = fopen(argv[1], "rb");
     if (!in) return 2;
-    const auto h = emu::read<long long>(in, 14);
+    const auto h = emu::read<long long>(in, 15);
     const long long B = h[0], T = h[1], K = h[2], C = h[3], team = h[4], threads = h[5];
     const long long ch = h[6], mode = h[7], nb = h[13];
     const auto len = emu::read<long long>(in, B);
     const auto sc = emu::read<double>(in, B * T * C);
+    const auto bbv = emu::read<double>(in, h[14] ? B * T * C : 0);
+    const auto ebv = emu::read<double>(in, h[14] ? B * T * C : 0);
     const auto tr = emu::read<double>(in, C * C);
     const auto dur = emu::read<double>(in, K * C);
     const auto st = emu::read<double>(in, C);
@@ -49,10 +52,12 @@ int main(int argc, char** argv) {
     std::vector<double> ring(bkc), ringh(bkc), ring2(bkc), out(2 * B), last(B * C);
     std::vector<double> alpha(saved), u(saved), lz(B);
     std::vector<int> bpd(saved), bpi(saved);
-    std::vector<double> gsc(btc), geb(btc), bm(B * T), pdur(bkc), ptr(B * C * C), pst(B * C),
+    std::vector<double> gsc(btc), gbb(btc), geb(btc), bm(B * T), pdur(bkc), ptr(B * C * C), pst(B * C),
         pen(B * C);
     Args a{};
     a.sc = sc.data();
+    a.bb = h[14] ? bbv.data() : nullptr;
+    a.eb = h[14] ? ebv.data() : nullptr;
     a.tr = tr.data();
     a.dur = dur.data();
     a.st = st.data();
@@ -80,15 +85,19 @@ int main(int argc, char** argv) {
         a.alpha = alpha.data();
         a.u = u.data();
     }
-    if (nb > 1 && mode < 2) {
-        // The partials and the barriers' counters (zero).
-        const size_t np = 2 * B * C * nb;
-        std::vector<double> pm(np), ps(np);
-        std::vector<int> pa(np);
-        std::vector<unsigned long long> bar(B);
-        Spread w{pm.data(), ps.data(), pa.data(), bar.data(), (int)nb, 0};
+    // The spread kernels' partials, barriers' counters and duration marginals' copies (zero).
+    const bool spread = nb > 1 && mode != 2;
+    const size_t np = 2 * B * C * nb;
+    std::vector<double> pm(np), ps(np), pdc(spread && mode == 3 ? B * nb * K * C : 0);
+    std::vector<int> pa(np);
+    std::vector<unsigned long long> bar(B);
+    auto fresh = [&] {
+        std::fill(bar.begin(), bar.end(), 0ULL);
+        return Spread{pm.data(), ps.data(), pa.data(), bar.data(), pdc.data(), (int)nb, 0};
+    };
+    if (spread) {
         emu::launch_coop(mode == 1 ? fwd_spread_max : fwd_spread_log, (unsigned)(B * nb),
-                         (unsigned)threads, bytes_f, a, w);
+                         (unsigned)threads, bytes_f, a, fresh());
     } else {
         emu::launch(fwd, B, threads, bytes_f, a);
     }
@@ -99,7 +108,7 @@ int main(int argc, char** argv) {
         g.ring2 = ring2.data();
         g.lz = lz.data();
         g.gsc = gsc.data();
-        g.gbb = gsc.data();
+        g.gbb = h[14] ? gbb.data() : gsc.data();
         g.geb = geb.data();
         g.bmarg = bm.data();
         g.pdur = pdur.data();
@@ -108,7 +117,11 @@ int main(int argc, char** argv) {
         g.pen = pen.data();
         g.smem_ring = (int)h[10];
         g.smem_acc = (int)h[11];
-        emu::launch(bwd_static_log, B, threads, bytes_b, g);
+        if (spread)
+            emu::launch_coop(bwd_spread_log, (unsigned)(B * nb), (unsigned)threads, bytes_b, g,
+                             fresh());
+        else
+            emu::launch(bwd_static_log, B, threads, bytes_b, g);
     }
     FILE* o = fopen(argv[2], "wb");
     if (!o) return 2;
