@@ -17,8 +17,14 @@ use semicrf_core::{Engine, EntropySemiring, LogSemiring, MaxSemiring, Problem, g
 use semicrf_cpu::{Parallelism, StreamingEngine};
 use semicrf_cuda::CudaEngine;
 
-fn gpu() -> Option<CudaEngine> {
-    CudaEngine::usable_or_skip(0)
+/// The tests of this file share the device; the memory test measures alone (a measurement
+/// counts every call on the device meanwhile, `CudaEngine::measure_memory`).
+static DEVICE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// The engine and a share of the device, or `None` (the test passes) without a usable GPU.
+fn gpu() -> Option<(CudaEngine, std::sync::RwLockReadGuard<'static, ()>)> {
+    let e = CudaEngine::usable_or_skip(0)?;
+    Some((e, DEVICE.read().unwrap_or_else(|e| e.into_inner())))
 }
 
 /// Every `(K, C)` of the grid, both transition forms, all inputs, ragged lengths and some
@@ -26,14 +32,14 @@ fn gpu() -> Option<CudaEngine> {
 /// oracle by the conformance suite), in every semiring, gradients and Viterbi.
 #[test]
 fn every_block_layout_matches_the_cpu_engine() {
-    let Some(cuda) = gpu() else { return };
+    let Some((cuda, _shared)) = gpu() else { return };
     layouts_match(&cuda, "cuda");
 }
 
 /// The same with the log semiring in the log-domain kernels only.
 #[test]
 fn every_block_layout_matches_the_cpu_engine_in_the_log_domain() {
-    let Some(cuda) = gpu() else { return };
+    let Some((cuda, _shared)) = gpu() else { return };
     layouts_match(&cuda.log_domain_only(), "cuda (log domain)");
 }
 
@@ -146,7 +152,7 @@ fn layouts_match(cuda: &CudaEngine, name: &str) {
 /// rerun, alone, and still matches.
 #[test]
 fn ordinary_problems_stay_in_the_linear_domain() {
-    let Some(cuda) = gpu() else { return };
+    let Some((cuda, _shared)) = gpu() else { return };
     let cpu = StreamingEngine::new().parallelism(Parallelism::Rayon);
     for (i, (b, t, k, c)) in [
         (32, 64, 7, 9),
@@ -211,7 +217,7 @@ fn ordinary_problems_stay_in_the_linear_domain() {
 /// and the oracle (gradients, boundary marginals).
 #[test]
 fn sequences_beyond_the_linear_domain_are_answered_exactly() {
-    let Some(cuda) = gpu() else { return };
+    let Some((cuda, _shared)) = gpu() else { return };
     let cpu = StreamingEngine::new().parallelism(Parallelism::Rayon);
     let worst = Worst::new("linear-domain edge cases vs the oracle: score gradients (absolute)");
     for (k, c, len, case) in [
@@ -271,7 +277,7 @@ fn sequences_beyond_the_linear_domain_are_answered_exactly() {
 /// Small problems against brute-force enumeration directly, every optional input.
 #[test]
 fn small_problems_match_brute_force() {
-    let Some(cuda) = gpu() else { return };
+    let Some((cuda, _shared)) = gpu() else { return };
     let mut n = 0;
     for seed in 0..60u64 {
         let k = 1 + (seed as usize % 4);
@@ -319,7 +325,7 @@ fn small_problems_match_brute_force() {
 /// Viterbi paths, on both transition forms at a shape with many teams per block.
 #[test]
 fn ten_runs_are_bitwise_identical() {
-    let Some(cuda) = gpu() else { return };
+    let Some((cuda, _shared)) = gpu() else { return };
     for dd in [false, true] {
         let mut spec = GenSpec::new(4, 300, if dd { 20 } else { 100 }, 24).everything();
         if dd {
@@ -364,7 +370,7 @@ fn ten_runs_are_bitwise_identical() {
 #[test]
 fn edge_kernels_match_the_cpu_exact_engine() {
     use semicrf_core::{Algorithm, EdgePotentials, materialize};
-    let Some(_) = gpu() else { return };
+    let Some((_, _shared)) = gpu() else { return };
     let cpu = semicrf_cpu::ExactEngine::new().parallelism(Parallelism::Rayon);
     let worst = Worst::new("cuda exact vs cpu exact: edge gradients (absolute)");
     let (mut n, mut repeated) = (0, 0);
@@ -464,7 +470,10 @@ fn edge_kernels_match_the_cpu_exact_engine() {
 #[test]
 fn memory_required_bounds_what_calls_allocate() {
     use semicrf_core::{Algorithm, EngineInfo};
-    let Some(_) = gpu() else { return };
+    if CudaEngine::usable_or_skip(0).is_none() {
+        return;
+    }
+    let _alone = DEVICE.write().unwrap_or_else(|e| e.into_inner());
     for (algorithm, dd, bounds, (b, t, k, c)) in [
         (Algorithm::Streaming, false, true, (4, 3000, 40, 6)),
         (Algorithm::Streaming, false, false, (4, 3000, 40, 6)),
