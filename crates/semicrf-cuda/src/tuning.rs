@@ -63,8 +63,10 @@ pub(crate) const SPREAD_OVER_MEET: usize = 65_536;
 
 /// The default ring slots a block of the spread forward kernels (`kernels/spread.cu`) holds:
 /// a sequence whose longest duration is at least twice this runs on `⌈K / slots⌉` blocks (as
-/// the device can hold them all at once).
-pub(crate) const SPREAD_SLOTS: usize = 128;
+/// the device can hold them all at once). On an H100 at `(1, 20000, 8192, 50)` (2026-11-27,
+/// one call), forward / Viterbi / forward+backward in ms: 64 slots (128 blocks) 224 / 163 /
+/// 506; 128 slots 245 / 165 / 553; 256 slots 306 / 198 / 710; 512 slots 512 / 280 / 1,182.
+pub(crate) const SPREAD_SLOTS: usize = 64;
 
 impl Tuning {
     /// The settings `var` gives (a function from a variable's name to its value).
