@@ -115,9 +115,7 @@ __device__ void spread_init(const Args& a, double* durT, int* km, int part, int 
     for (i64 x = part * (i64)blockDim.x + threadIdx.x; x < K * C; x += (i64)nb * blockDim.x)
         durT[x] = a.dur[(x % K) * C + x / K];
     for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
-        i64 d = K;
-        while (d > 0 && a.dur[(d - 1) * C + j] == neg_inf()) --d;
-        km[j] = (int)d;
+        km[j] = longest_finite(a.dur, K, C, j);
     }
 }
 
@@ -163,9 +161,7 @@ __device__ void fwd_spread(const Args& a, const Spread& w) {
         if (++r == ch) {
             // The previous step ended with a barrier: nobody reads the old chunk any more.
             r = 0;
-            stage(scs, a.sc, a, b, a.T, t - 1, 0, ch, L, true);
-            stage(ebs, a.eb, a, b, a.T, t - 1, 0, ch, L, true);
-            stage(bbs, a.bb, a, b, a.T, t - 1, 1, ch, L, true);
+            stage_fwd(scs, ebs, bbs, a, b, t, L);
             __syncthreads();
         }
         const i64 par = part0 + (t & 1) * C * nb;
@@ -232,16 +228,7 @@ __device__ void fwd_spread(const Args& a, const Spread& w) {
             for (i64 jb = 0; jb < C; jb += nteams) {
                 const i64 j = jb + g;
                 const bool act = j < C;
-                Two<SR> acc;
-                acc.init();
-                if (act && l < wb) {
-                    for (i64 i = l; i < C; i += wb) acc.max(ax[i] + a.tr[i * C + j], (int)i);
-                }
-                acc.max_reduce(wb);
-                if (act && l < wb && SR != SR_MAX) {
-                    for (i64 i = l; i < C; i += wb) acc.sum(ax[i] + a.tr[i * C + j], 0.0);
-                }
-                acc.sum_reduce(wb);
+                const Two<SR> acc = trans_into<SR>(ax, nullptr, a.tr, j, C, l, wb, act);
                 if (act && l == 0) {
                     const double x = acc.x();
                     if (owner) rx[j * P + tk - s0] = x + bbs[r * C + j];
@@ -330,11 +317,7 @@ __device__ void bwd_spread(const Args& a, const Spread& w) {
         if (s < lo) {
             lo = s + 1 > ch ? s + 1 - ch : 0;
             const i64 n = s - lo + 1;
-            stage(scs, a.sc, a, b, a.T, lo, 0, n, L, true);
-            stage(bbs, a.bb, a, b, a.T, lo, 0, n, L, true);
-            stage(us, a.u, a, b, a.T + 1, lo, 0, n, L, false);
-            stage(als, a.alpha, a, b, a.T + 1, lo, 0, n, L, false);
-            stage(ebs, a.eb, a, b, a.T, lo, -1, n, L, true);
+            stage_bwd(scs, bbs, us, als, ebs, a, b, lo, n, L);
             __syncthreads();
         }
         const i64 r = s - lo;
@@ -403,22 +386,9 @@ __device__ void bwd_spread(const Args& a, const Spread& w) {
             for (i64 ib = 0; ib < C; ib += nteams) {
                 const i64 i = ib + g;
                 const bool act = i < C;
-                Two<SR_LOG> acc;
-                acc.init();
-                double al = 0.0;
-                if (act && l < wb) {
-                    al = als[r * C + i];
-                    for (i64 j = l; j < C; j += wb) {
-                        const double x = a.tr[i * C + j] + gam[j];
-                        acc.max(x, 0);
-                        if (part == 0) pt[i * C + j] += exp(al + x - z);
-                    }
-                }
-                acc.max_reduce(wb);
-                if (act && l < wb) {
-                    for (i64 j = l; j < C; j += wb) acc.sum(a.tr[i * C + j] + gam[j], 0.0);
-                }
-                acc.sum_reduce(wb);
+                const double al = act ? als[r * C + i] : 0.0;
+                double* row = part == 0 ? pt + i * C : nullptr;  // block 0's marginals
+                const Two<SR_LOG> acc = trans_from(gam, a.tr, i, C, l, wb, act, row, al, z);
                 if (act && l == 0) {
                     const double be = acc.x();
                     if (part == 0) AT(a.geb, b, s - 1, i) = exp(al + be - z);

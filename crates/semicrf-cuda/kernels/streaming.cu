@@ -99,6 +99,71 @@ __device__ void stage(double* dst, const double* src, const Args& a, int b, i64 
     }
 }
 
+// The forward's rows from position t - 1 on: scores and end boundaries of t - 1 .. t - 2 + ch,
+// begin boundaries of t .. t - 1 + ch. All threads take part; the caller synchronises.
+__device__ void stage_fwd(double* scs, double* ebs, double* bbs, const Args& a, int b, i64 t,
+                          i64 L) {
+    stage(scs, a.sc, a, b, a.T, t - 1, 0, a.ch, L, true);
+    stage(ebs, a.eb, a, b, a.T, t - 1, 0, a.ch, L, true);
+    stage(bbs, a.bb, a, b, a.T, t - 1, 1, a.ch, L, true);
+}
+
+// The backward's rows lo .. lo + n - 1: scores, begin boundaries, the saved u (where `us`) and
+// α, and the end boundary of the position before each. The caller synchronises.
+__device__ void stage_bwd(double* scs, double* bbs, double* us, double* als, double* ebs,
+                          const Args& a, int b, i64 lo, i64 n, i64 L) {
+    stage(scs, a.sc, a, b, a.T, lo, 0, n, L, true);
+    stage(bbs, a.bb, a, b, a.T, lo, 0, n, L, true);
+    if (us) stage(us, a.u, a, b, a.T + 1, lo, 0, n, L, false);
+    stage(als, a.alpha, a, b, a.T + 1, lo, 0, n, L, false);
+    stage(ebs, a.eb, a, b, a.T, lo, -1, n, L, true);
+}
+
+// u(j) = ⊕_i α(i) ⊗ transition[i, j] (static), with its entropy from `ah` (entropy semiring) and
+// for max the best i: a two-pass reduction over lanes l < wb of the team. Every lane of the
+// warp calls it; `act`: j is a label.
+template <int SR>
+__device__ __forceinline__ Two<SR> trans_into(const double* ax, const double* ah,
+                                              const double* tr, i64 j, i64 C, int l, int wb,
+                                              bool act) {
+    Two<SR> acc;
+    acc.init();
+    if (act && l < wb) {
+        for (i64 i = l; i < C; i += wb) acc.max(ax[i] + tr[i * C + j], (int)i);
+    }
+    acc.max_reduce(wb);
+    if (act && l < wb && SR != SR_MAX) {
+        for (i64 i = l; i < C; i += wb)
+            acc.sum(ax[i] + tr[i * C + j], SR == SR_ENT ? ah[i] : 0.0);
+    }
+    acc.sum_reduce(wb);
+    return acc;
+}
+
+// β(i) = ⊕_j transition[i, j] ⊗ γ(j) (log semiring, static), adding the transition marginals
+// exp(al + transition[i, j] + γ(j) - z) into the row `pt` where given: a two-pass reduction over
+// lanes l < wb of the team, each (i, j) marginal written by one lane. Every lane of the warp
+// calls it; `act`: i is a label.
+__device__ __forceinline__ Two<SR_LOG> trans_from(const double* gam, const double* tr, i64 i,
+                                                  i64 C, int l, int wb, bool act, double* pt,
+                                                  double al, double z) {
+    Two<SR_LOG> acc;
+    acc.init();
+    if (act && l < wb) {
+        for (i64 j = l; j < C; j += wb) {
+            const double x = tr[i * C + j] + gam[j];
+            acc.max(x, 0);
+            if (pt) pt[j] += exp(al + x - z);
+        }
+    }
+    acc.max_reduce(wb);
+    if (act && l < wb) {
+        for (i64 j = l; j < C; j += wb) acc.sum(tr[i * C + j] + gam[j], 0.0);
+    }
+    acc.sum_reduce(wb);
+    return acc;
+}
+
 // (x - y) mod K for 0 <= x < K and y >= 0, without a division in the common case (I: the
 // index type, 32 or 64 bits).
 template <typename I>
@@ -162,9 +227,7 @@ __device__ void fwd_static(const Args& a) {
         if (++r == ch) {
             // The previous step ended with a barrier: nobody reads the old chunk any more.
             r = 0;
-            stage(scs, a.sc, a, b, a.T, t - 1, 0, ch, L, true);
-            stage(ebs, a.eb, a, b, a.T, t - 1, 0, ch, L, true);
-            stage(bbs, a.bb, a, b, a.T, t - 1, 1, ch, L, true);
+            stage_fwd(scs, ebs, bbs, a, b, t, L);
             __syncthreads();
         }
         win_plan(w, C, team, [&](i64 j) {
@@ -217,17 +280,7 @@ __device__ void fwd_static(const Args& a) {
         for (i64 jb = 0; jb < C; jb += nteams) {
             const i64 j = jb + g;
             const bool act = j < C;
-            Two<SR> acc;
-            acc.init();
-            if (act && l < wb) {
-                for (i64 i = l; i < C; i += wb) acc.max(ax[i] + a.tr[i * C + j], (int)i);
-            }
-            acc.max_reduce(wb);
-            if (act && l < wb && SR != SR_MAX) {
-                for (i64 i = l; i < C; i += wb)
-                    acc.sum(ax[i] + a.tr[i * C + j], SR == SR_ENT ? ah[i] : 0.0);
-            }
-            acc.sum_reduce(wb);
+            const Two<SR> acc = trans_into<SR>(ax, ah, a.tr, j, C, l, wb, act);
             if (act && l == 0) {
                 const double x = acc.x();
                 const i64 q = j * K + tk;
@@ -280,9 +333,7 @@ __device__ void fwd_dd(const Args& a) {
         tk = tk + 1 == K ? 0 : tk + 1;
         if (++r == ch) {
             r = 0;
-            stage(scs, a.sc, a, b, a.T, t - 1, 0, ch, L, true);
-            stage(ebs, a.eb, a, b, a.T, t - 1, 0, ch, L, true);
-            stage(bbs, a.bb, a, b, a.T, t - 1, 1, ch, L, true);
+            stage_fwd(scs, ebs, bbs, a, b, t, L);
             __syncthreads();
         }
         const i64 nd = t < K ? t : K;
@@ -453,11 +504,7 @@ __device__ void bwd_static(const Args& a) {
         if (s < lo) {
             lo = s + 1 > ch ? s + 1 - ch : 0;
             const i64 n = s - lo + 1;
-            stage(scs, a.sc, a, b, a.T, lo, 0, n, L, true);
-            stage(bbs, a.bb, a, b, a.T, lo, 0, n, L, true);
-            stage(us, a.u, a, b, a.T + 1, lo, 0, n, L, false);
-            stage(als, a.alpha, a, b, a.T + 1, lo, 0, n, L, false);
-            stage(ebs, a.eb, a, b, a.T, lo, -1, n, L, true);
+            stage_bwd(scs, bbs, us, als, ebs, a, b, lo, n, L);
             __syncthreads();
         }
         const i64 r = s - lo;
@@ -513,22 +560,8 @@ __device__ void bwd_static(const Args& a) {
         for (i64 ib = 0; ib < C; ib += nteams) {
             const i64 i = ib + g;
             const bool act = i < C;
-            Two<SR_LOG> acc;
-            acc.init();
-            double al = 0.0;
-            if (act && l < wb) {
-                al = als[r * C + i];
-                for (i64 j = l; j < C; j += wb) {
-                    const double x = a.tr[i * C + j] + gam[j];
-                    acc.max(x, 0);
-                    pt[i * C + j] += exp(al + x - z);
-                }
-            }
-            acc.max_reduce(wb);
-            if (act && l < wb) {
-                for (i64 j = l; j < C; j += wb) acc.sum(a.tr[i * C + j] + gam[j], 0.0);
-            }
-            acc.sum_reduce(wb);
+            const double al = act ? als[r * C + i] : 0.0;
+            const Two<SR_LOG> acc = trans_from(gam, a.tr, i, C, l, wb, act, pt + i * C, al, z);
             if (act && l == 0) {
                 const double be = acc.x();
                 AT(a.geb, b, s - 1, i) = exp(al + be - z);
@@ -579,10 +612,7 @@ __device__ void bwd_dd(const Args& a) {
         if (s < lo) {
             lo = s + 1 > ch ? s + 1 - ch : 0;
             const i64 n = s - lo + 1;
-            stage(scs, a.sc, a, b, a.T, lo, 0, n, L, true);
-            stage(bbs, a.bb, a, b, a.T, lo, 0, n, L, true);
-            stage(als, a.alpha, a, b, a.T + 1, lo, 0, n, L, false);
-            stage(ebs, a.eb, a, b, a.T, lo, -1, n, L, true);
+            stage_bwd(scs, bbs, nullptr, als, ebs, a, b, lo, n, L);
             __syncthreads();
         }
         const i64 r = s - lo;

@@ -56,15 +56,20 @@ __device__ __forceinline__ Win win_at(double* at, i64 C) {
     return w;
 }
 
+// Label j's longest finite duration in the (K, C) durations `dur` ([(d-1)*C + j]).
+__device__ __forceinline__ int longest_finite(const double* dur, i64 K, i64 C, i64 j) {
+    i64 d = K;
+    while (d > 0 && dur[(d - 1) * C + j] == neg_inf()) --d;
+    return (int)d;
+}
+
 // Sets up the windows: z (to `z0`) and km per label, and the (K, C) durations `dur`
 // ([(d-1)*C + j]) transposed into `durT` ([j*K + d-1], so that consecutive durations of a label
 // are consecutive words). The caller synchronises before use.
 __device__ void win_init(const double* dur, i64 K, i64 C, Win w, double* durT, i64 z0) {
     for (i64 x = threadIdx.x; x < K * C; x += blockDim.x) durT[x] = dur[(x % K) * C + x / K];
     for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
-        i64 d = K;
-        while (d > 0 && dur[(d - 1) * C + j] == neg_inf()) --d;
-        w.km[j] = (int)d;
+        w.km[j] = longest_finite(dur, K, C, j);
         w.z[j] = z0;
     }
 }

@@ -166,6 +166,74 @@ fn bits(v: &[f64]) -> Vec<u64> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
+/// The Viterbi segments of sequence `x` from the emulated Viterbi output `out` (`stream_main`:
+/// the results, then best durations, best previous labels and α_L).
+fn emulated_segments(
+    out: &[f64],
+    owned: &OwnedPotentials<f64>,
+    x: usize,
+) -> Vec<semicrf_core::Segment> {
+    let v = owned.view().unwrap();
+    let sh = v.shape();
+    let (b, t1, c) = (sh.batch, sh.len + 1, sh.labels);
+    let (bpd, rest) = out[2 * b..].split_at(b * t1 * c);
+    let (bpi, last) = rest.split_at(b * t1 * c);
+    let at = |s: usize, j: usize| (x * t1 + s) * c + j;
+    decode_best(
+        v.lengths()[x],
+        c,
+        |j| last[x * c + j] + v.end_at(j),
+        |s, j| {
+            let d = bpd[at(s, j)] as usize;
+            let prev = if s == d {
+                0
+            } else {
+                bpi[at(s - d, j)] as usize
+            };
+            (d, prev)
+        },
+    )
+    .segments
+}
+
+/// Asserts that the emulated backward's output `out` (`stream_main`, mode 3) gives the
+/// reference's gradients `want` of the scores, durations and (where `transition`) the
+/// transition, weighted by `up`, within `Tolerance::F64_GRADS`.
+fn assert_backward(
+    tag: &str,
+    out: &[f64],
+    owned: &OwnedPotentials<f64>,
+    want: &semicrf_core::Backward,
+    up: &[f64],
+    transition: bool,
+) {
+    let sh = owned.view().unwrap().shape();
+    let (b, t, k, c) = (sh.batch, sh.len, sh.max_duration, sh.labels);
+    let tol = Tolerance::F64_GRADS;
+    let gsc = &out[2 * b..2 * b + b * t * c];
+    let want_sc = want.grad.scores.as_ref().unwrap();
+    for (i, (&g, &w)) in gsc.iter().zip(want_sc.iter()).enumerate() {
+        assert!(tol.ok(g, w), "{tag}: scores' gradient {i}: {g} vs {w}");
+    }
+    // Per-sequence sums weighted by the upstream gradients.
+    let weighted = |at: usize, n: usize, i: usize| -> f64 {
+        (0..b).map(|x| up[x] * out[at + x * n + i]).sum()
+    };
+    let at = 2 * b + b * t * c + b * t;
+    let want_dur = want.grad.duration.as_ref().unwrap();
+    for (i, &w) in want_dur.iter().enumerate() {
+        let g = weighted(at, k * c, i);
+        assert!(tol.ok(g, w), "{tag}: duration's gradient {i}: {g} vs {w}");
+    }
+    if transition {
+        let want_tr = want.grad.transition.as_ref().unwrap();
+        for (i, &w) in want_tr.iter().enumerate() {
+            let g = weighted(at + b * k * c, c * c, i);
+            assert!(tol.ok(g, w), "{tag}: transition's gradient {i}: {g} vs {w}");
+        }
+    }
+}
+
 #[test]
 fn the_windowed_kernels_match_the_reference_under_a_cpu_emulation() {
     let Some(exe) = emulator() else { return };
@@ -178,7 +246,7 @@ fn the_windowed_kernels_match_the_reference_under_a_cpu_emulation() {
         (1, 1, 4, 2),
     ];
     for (n, &shape) in cases.iter().enumerate() {
-        let (b, _, k, c) = shape;
+        let b = shape.0;
         let seed = 900 + n as u64;
         let owned = cut_problem(seed, shape, n % 2 == 1);
         let p = Problem::Structured(owned.view().unwrap());
@@ -219,28 +287,10 @@ fn the_windowed_kernels_match_the_reference_under_a_cpu_emulation() {
             let best = Reference.viterbi(&p).unwrap();
             let max = Reference.forward::<MaxSemiring>(&p).unwrap();
             let out = emulate(&exe, &owned, Mode::Viterbi, plan, ring, &up);
-            let t1 = shape.1 + 1;
-            let (bpd, rest) = out[2 * b..].split_at(b * t1 * c);
-            let (bpi, last) = rest.split_at(b * t1 * c);
-            let v = owned.view().unwrap();
             for x in 0..b {
                 assert!(Tolerance::F64_VALUES.ok(out[2 * x], max[x]), "{tag}: max");
-                let at = |s: usize, j: usize| (x * t1 + s) * c + j;
-                let got = decode_best(
-                    v.lengths()[x],
-                    c,
-                    |j| last[x * c + j] + v.end_at(j),
-                    |s, j| {
-                        let d = bpd[at(s, j)] as usize;
-                        let prev = if s == d {
-                            0
-                        } else {
-                            bpi[at(s - d, j)] as usize
-                        };
-                        (d, prev)
-                    },
-                );
-                assert_eq!(got.segments, best[x].segments, "{tag}: Viterbi of {x}");
+                let got = emulated_segments(&out, &owned, x);
+                assert_eq!(got, best[x].segments, "{tag}: Viterbi of {x}");
             }
             let Ok(want) = Reference.backward(&p, &up) else {
                 continue;
@@ -248,18 +298,7 @@ fn the_windowed_kernels_match_the_reference_under_a_cpu_emulation() {
             let out = emulate(&exe, &owned, Mode::Backward, plan, ring, &up);
             let again = emulate(&exe, &owned, Mode::Backward, plan, ring, &up);
             assert_eq!(bits(&out), bits(&again), "{tag}: a rerun differs");
-            let (t, tol) = (shape.1, Tolerance::F64_GRADS);
-            let gsc = &out[2 * b..2 * b + b * t * c];
-            let want_sc = want.grad.scores.as_ref().unwrap();
-            for (i, (&g, &w)) in gsc.iter().zip(want_sc.iter()).enumerate() {
-                assert!(tol.ok(g, w), "{tag}: scores' gradient {i}: {g} vs {w}");
-            }
-            let pdur = &out[2 * b + b * t * c + b * t..][..b * k * c];
-            let want_dur = want.grad.duration.as_ref().unwrap();
-            for (i, &w) in want_dur.iter().enumerate() {
-                let g: f64 = (0..b).map(|x| up[x] * pdur[x * k * c + i]).sum();
-                assert!(tol.ok(g, w), "{tag}: duration's gradient {i}: {g} vs {w}");
-            }
+            assert_backward(&tag, &out, &owned, &want, &up, false);
         }
     }
 }
@@ -344,11 +383,6 @@ fn the_spread_kernels_match_the_reference_under_a_cpu_emulation() {
             bits(&one),
             "{tag}: Viterbi against one block a sequence"
         );
-        let t1 = shape.1 + 1;
-        let c = shape.3;
-        let (bpd, rest) = out[2 * b..].split_at(b * t1 * c);
-        let (bpi, last) = rest.split_at(b * t1 * c);
-        let v = owned.view().unwrap();
         for x in 0..b {
             assert!(
                 Tolerance::F64_VALUES.ok(out[2 * x], max[x]) || out[2 * x] == max[x],
@@ -357,22 +391,8 @@ fn the_spread_kernels_match_the_reference_under_a_cpu_emulation() {
             if max[x] == f64::NEG_INFINITY {
                 continue;
             }
-            let at = |s: usize, j: usize| (x * t1 + s) * c + j;
-            let got = decode_best(
-                v.lengths()[x],
-                c,
-                |j| last[x * c + j] + v.end_at(j),
-                |s, j| {
-                    let d = bpd[at(s, j)] as usize;
-                    let prev = if s == d {
-                        0
-                    } else {
-                        bpi[at(s - d, j)] as usize
-                    };
-                    (d, prev)
-                },
-            );
-            assert_eq!(got.segments, best[x].segments, "{tag}: Viterbi of {x}");
+            let got = emulated_segments(&out, &owned, x);
+            assert_eq!(got, best[x].segments, "{tag}: Viterbi of {x}");
         }
         let Ok(want) = Reference.backward(&p, &up) else {
             continue;
@@ -384,24 +404,7 @@ fn the_spread_kernels_match_the_reference_under_a_cpu_emulation() {
             bits(&again),
             "{tag}: a rerun of the backward differs"
         );
-        let (t, k, tol) = (shape.1, shape.2, Tolerance::F64_GRADS);
-        let gsc = &out[2 * b..2 * b + b * t * c];
-        let want_sc = want.grad.scores.as_ref().unwrap();
-        for (i, (&g, &w)) in gsc.iter().zip(want_sc.iter()).enumerate() {
-            assert!(tol.ok(g, w), "{tag}: scores' gradient {i}: {g} vs {w}");
-        }
-        let pdur = &out[2 * b + b * t * c + b * t..][..b * k * c];
-        let want_dur = want.grad.duration.as_ref().unwrap();
-        for (i, &w) in want_dur.iter().enumerate() {
-            let g: f64 = (0..b).map(|x| up[x] * pdur[x * k * c + i]).sum();
-            assert!(tol.ok(g, w), "{tag}: duration's gradient {i}: {g} vs {w}");
-        }
-        let ptr = &out[2 * b + b * t * c + b * t + b * k * c..][..b * c * c];
-        let want_tr = want.grad.transition.as_ref().unwrap();
-        for (i, &w) in want_tr.iter().enumerate() {
-            let g: f64 = (0..b).map(|x| up[x] * ptr[x * c * c + i]).sum();
-            assert!(tol.ok(g, w), "{tag}: transition's gradient {i}: {g} vs {w}");
-        }
+        assert_backward(&tag, &out, &owned, &want, &up, true);
     }
 }
 
@@ -436,22 +439,6 @@ fn boundaries_match_the_reference_on_one_block_and_spread_under_a_cpu_emulation(
             assert!(Tolerance::F64_VALUES.ok(max[2 * x], best[x]), "{tag}: max");
         }
         let out = emulate_on(&exe, &owned, Mode::Backward, (4, 32), true, &up, nb);
-        let gsc = &out[2 * b..2 * b + b * t * c];
-        let want_sc = want.grad.scores.as_ref().unwrap();
-        for (i, (&g, &w)) in gsc.iter().zip(want_sc.iter()).enumerate() {
-            assert!(
-                Tolerance::F64_GRADS.ok(g, w),
-                "{tag}: scores' gradient {i}: {g} vs {w}"
-            );
-        }
-        let pdur = &out[2 * b + b * t * c + b * t..][..b * k * c];
-        let want_dur = want.grad.duration.as_ref().unwrap();
-        for (i, &w) in want_dur.iter().enumerate() {
-            let g: f64 = (0..b).map(|x| up[x] * pdur[x * k * c + i]).sum();
-            assert!(
-                Tolerance::F64_GRADS.ok(g, w),
-                "{tag}: duration's gradient {i}"
-            );
-        }
+        assert_backward(&tag, &out, &owned, &want, &up, false);
     }
 }
