@@ -34,6 +34,8 @@ struct Spread {
     double* pd;               // (grid, C, K) each block's own duration marginals (backward),
                               // zero at launch; null in the forward
     int nb;                   // blocks a sequence
+    int near;                 // kernels/pipe.cu: the near depth D and the steps of a round M
+    int round;
     int pad;
 };
 #include "Spread_layout.cuh"
@@ -76,13 +78,14 @@ __device__ __forceinline__ i64 spread_words(i64 C, i64 ch, i64 P, i64 rows) {
     return C + rows * ch * C + C + (C + 1) / 2 + C * P;
 }
 
-// The two-pass merge of the nb partials (maximum, sum relative to it) of label j at `par`:
-// lane l takes blocks l, l + team, ... (at most SPREAD_LANE of them, in registers), then the
-// team reduces. Every lane of the warp calls it.
+// The two-pass merge of `n` partials (maximum, sum relative to it, and for max the arg) at
+// at, at + stride, ..., in that order's fixed reduction: lane l takes partials l, l + team, ...
+// (at most SPREAD_LANE of them, in registers), then the team reduces. Every lane of the warp
+// calls it; `act`: the team has a pair to merge.
 template <int SR>
-__device__ __forceinline__ Two<SR> spread_merge(const Spread& w, i64 par, i64 j, i64 C, int l,
-                                                int team) {
-    const int nb = w.nb;
+__device__ __forceinline__ Two<SR> merge_parts(const double* pm, const double* ps, const int* pa,
+                                               i64 at, i64 stride, int n, bool act, int l,
+                                               int team) {
     Two<SR> acc;
     acc.init();
     double lm[SPREAD_LANE], ls[SPREAD_LANE];
@@ -91,11 +94,11 @@ __device__ __forceinline__ Two<SR> spread_merge(const Spread& w, i64 par, i64 j,
         const int m = l + k * team;
         lm[k] = neg_inf();
         ls[k] = 0.0;
-        if (j < C && m < nb) {
-            const i64 at = par + j * nb + m;
-            lm[k] = SPREAD_LOAD(w.pm + at);
-            if (SR != SR_MAX) ls[k] = SPREAD_LOAD(w.ps + at);
-            acc.max(lm[k], SR == SR_MAX ? SPREAD_LOAD(w.pa + at) : 0);
+        if (act && m < n) {
+            const i64 i = at + m * stride;
+            lm[k] = SPREAD_LOAD(pm + i);
+            if (SR != SR_MAX) ls[k] = SPREAD_LOAD(ps + i);
+            acc.max(lm[k], SR == SR_MAX ? SPREAD_LOAD(pa + i) : 0);
         }
     }
     acc.max_reduce(team);
@@ -106,6 +109,13 @@ __device__ __forceinline__ Two<SR> spread_merge(const Spread& w, i64 par, i64 j,
     }
     acc.sum_reduce(team);
     return acc;
+}
+
+// The nb partials of label j at `par`, in block order.
+template <int SR>
+__device__ __forceinline__ Two<SR> spread_merge(const Spread& w, i64 par, i64 j, i64 C, int l,
+                                                int team) {
+    return merge_parts<SR>(w.pm, w.ps, w.pa, par + j * w.nb, 1, w.nb, j < C, l, team);
 }
 
 // Every block's share of the transposed durations (durT[j*K + d-1]) and each label's longest

@@ -35,6 +35,9 @@ pub(crate) struct Tuning {
     /// Ring slots a block of the spread forward kernels aims at, 0 for never spreading a
     /// sequence over several blocks (`SEMICRF_CUDA_SPREAD_SLOTS`).
     pub(crate) spread_slots: usize,
+    /// The near depth of the pipelined forward kernels (`kernels/pipe.cu`), 0 for the spread
+    /// kernels instead (`SEMICRF_CUDA_PIPE_NEAR`).
+    pub(crate) pipe_near: usize,
 }
 
 /// Copies smaller than this (bytes) go straight from and to pageable memory.
@@ -68,6 +71,10 @@ pub(crate) const SPREAD_OVER_MEET: usize = 65_536;
 /// 506; 128 slots 245 / 165 / 553; 256 slots 306 / 198 / 710; 512 slots 512 / 280 / 1,182.
 pub(crate) const SPREAD_SLOTS: usize = 64;
 
+/// The default near depth of the pipelined forward (`kernels/pipe.cu`): the durations a step
+/// sums on the critical path, the rest summed ahead by the helper blocks.
+pub(crate) const PIPE_NEAR: usize = 32;
+
 impl Tuning {
     /// The settings `var` gives (a function from a variable's name to its value).
     pub(crate) fn from(var: impl Fn(&str) -> Option<String>) -> Tuning {
@@ -100,6 +107,7 @@ impl Tuning {
             lane_items: count("SEMICRF_CUDA_LANE_ITEMS", LANE_ITEMS),
             meet_items: count("SEMICRF_CUDA_MEET_ITEMS", MEET_ITEMS),
             spread_slots: number("SEMICRF_CUDA_SPREAD_SLOTS").unwrap_or(SPREAD_SLOTS),
+            pipe_near: number("SEMICRF_CUDA_PIPE_NEAR").unwrap_or(PIPE_NEAR),
         }
     }
 }
@@ -138,6 +146,7 @@ mod tests {
                 lane_items: LANE_ITEMS,
                 meet_items: MEET_ITEMS,
                 spread_slots: SPREAD_SLOTS,
+                pipe_near: PIPE_NEAR,
             }
         );
         let t = with(&[
@@ -150,6 +159,7 @@ mod tests {
             ("SEMICRF_CUDA_LANE_ITEMS", "4"),
             ("SEMICRF_CUDA_MEET_ITEMS", "0"),
             ("SEMICRF_CUDA_SPREAD_SLOTS", "0"),
+            ("SEMICRF_CUDA_PIPE_NEAR", "0"),
         ]);
         assert!(t.require_gpu && !t.wide_kernels && !t.keep_freed_memory);
         assert_eq!(t.nvrtc_flags, ["-lineinfo", "-G"]);
@@ -157,7 +167,7 @@ mod tests {
         // 0 items is no setting.
         assert_eq!((t.lane_items, t.meet_items), (4, MEET_ITEMS));
         // 0 slots: never spread.
-        assert_eq!(t.spread_slots, 0);
+        assert_eq!((t.spread_slots, t.pipe_near), (0, 0));
         let off = with(&[
             ("SEMICRF_CUDA_PINNED", "0"),
             ("SEMICRF_CUDA_DIRECT_BELOW", "1000"),

@@ -86,18 +86,23 @@ fn cut_windows_match_the_cpu_engine_with_rings_in_global_memory() {
 }
 
 /// One long sequence spread over many thread blocks (`kernels/spread.cu`: `K` at least twice
-/// the slots a block holds), with windows that wrap around the ring, against the CPU engine;
-/// and log Z again bit for bit.
+/// the slots a block holds; the forward pipelined, `kernels/pipe.cu`, where `K` exceeds that
+/// by the near depth), with windows that wrap around the ring, against the CPU engine; and
+/// log Z again bit for bit. The last shape's log semiring runs there too (`K·C` of at least
+/// `SPREAD_OVER_MEET`), the others' in the meet kernels.
 #[test]
 fn long_sequences_spread_over_many_blocks_match_the_cpu_engine() {
     let Some(gpu) = CudaEngine::usable_or_skip(0) else {
         return;
     };
     let cpu = StreamingEngine::new();
-    for (n, shape) in [(1, 9000, 4096, 12), (2, 2500, 1024, 50), (3, 700, 300, 9)]
-        .into_iter()
-        .enumerate()
-    {
+    let shapes = [
+        (1, 9000, 4096, 12),
+        (2, 2500, 1024, 50),
+        (3, 700, 300, 9),
+        (1, 3000, 2048, 40),
+    ];
+    for (n, shape) in shapes.into_iter().enumerate() {
         let owned = cut_problem(4100 + n as u64, shape, n == 1);
         let p = Problem::Structured(owned.view().unwrap());
         let tag = format!("{shape:?}");

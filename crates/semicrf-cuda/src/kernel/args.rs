@@ -313,8 +313,9 @@ argument_block! {
 }
 
 argument_block! {
-    /// The spread forward kernels' second argument (`struct Spread` of `kernels/spread.cu`):
-    /// the partials of each block and label, the grid barriers' counters, blocks a sequence.
+    /// The spread kernels' second argument (`struct Spread` of `kernels/spread.cu`): the
+    /// partials of each block and label, the grid barriers' counters, blocks a sequence; and
+    /// for the pipelined forward (`kernels/pipe.cu`) its near depth and steps a round.
     SpreadArgs as "Spread" {
         pm: DevPtr,
         ps: DevPtr,
@@ -322,6 +323,8 @@ argument_block! {
         bar: DevPtr,
         pd: DevPtr,
         nb: i32,
+        near: i32,
+        round: i32,
         pad: i32,
     }
 }

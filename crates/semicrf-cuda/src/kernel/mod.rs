@@ -10,11 +10,12 @@ pub(crate) use args::{
 };
 
 /// The kernel sources by file name, as the `#include`s name them.
-pub(crate) const SOURCES: [(&str, &str); 13] = [
+pub(crate) const SOURCES: [(&str, &str); 14] = [
     ("semiring.cuh", include_str!("../../kernels/semiring.cuh")),
     ("window.cuh", include_str!("../../kernels/window.cuh")),
     ("streaming.cu", include_str!("../../kernels/streaming.cu")),
     ("spread.cu", include_str!("../../kernels/spread.cu")),
+    ("pipe.cu", include_str!("../../kernels/pipe.cu")),
     ("edge.cu", include_str!("../../kernels/edge.cu")),
     (
         "meet_common.cuh",
@@ -194,6 +195,10 @@ kernels! {
     /// (log and max semirings).
     FwdSpreadLog = "fwd_spread_log",
     FwdSpreadMax = "fwd_spread_max",
+    /// `kernels/pipe.cu`: forward, static transition, one sequence pipelined over several
+    /// blocks (log and max semirings).
+    FwdPipeLog = "fwd_pipe_log",
+    FwdPipeMax = "fwd_pipe_max",
     /// Backward, static transition, one sequence over several blocks.
     BwdSpreadLog = "bwd_spread_log",
     /// Backward, static transition.

@@ -1,6 +1,7 @@
 //! The host side of the log-domain streaming kernels (`kernels/streaming.cu`): every semiring,
 //! both forms of the transition, Viterbi's backpointers and the log semiring's backward, one
-//! thread block per sequence, or one long sequence over several ([`spread`]). The meet
+//! thread block per sequence, or one long sequence over several ([`spread`], and for the
+//! forward [`pipe`]). The meet
 //! kernels' sequences given up are rerun here.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
@@ -9,6 +10,7 @@ use semicrf_core::{Error, Result};
 use crate::call::{Arena, Buf, Seq, StreamCall, Targets};
 use crate::kernel::{DevPtr, Kernel, SemiringId, StreamArgs, TASKS};
 
+pub(crate) mod pipe;
 pub(crate) mod spread;
 
 /// A kernel's use of shared memory.
@@ -211,6 +213,9 @@ impl StreamCall<'_> {
         a.out = out;
         extra(&mut a);
         let seqs = seq.map_or(self.shape.batch, |q| q.blocks);
+        if let Some(p) = self.pipe_plan(ring, seqs) {
+            return self.launch_pipe(ring, &a, seq, p);
+        }
         if let Some(p) = self.spread_plan(spread::Pass::Forward(ring), seqs) {
             return self.launch_spread(spread::Pass::Forward(ring), &a, seq, p);
         }

@@ -195,6 +195,8 @@ impl StreamCall<'_> {
             bar: a.ring.words(2 * n + n.div_ceil(2)),
             pd: copies.as_ref().map_or(DevPtr::NULL, |c| self.ptr(c)),
             nb: p.nb as i32,
+            near: 0,
+            round: 0,
             pad: 0,
         };
         let cfg = LaunchConfig {

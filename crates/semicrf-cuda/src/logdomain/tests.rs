@@ -3,7 +3,7 @@
 //! others never), `-inf` transitions and durations, 33 to 70 labels, rings in shared and in
 //! global memory, and a sequence that no segmentation can label.
 
-use super::{smem, spread};
+use super::{pipe, smem, spread};
 use crate::emu::{build_emulator, run_emulated};
 use crate::kernel::{Kernel, STEPS, shared_defines};
 use semicrf_core::reference::Reference;
@@ -60,10 +60,24 @@ fn emulate_on(
     exe: &std::path::Path,
     p: &OwnedPotentials<f64>,
     mode: Mode,
-    (team, threads): (usize, usize),
+    plan: (usize, usize),
     ring: bool,
     up: &[f64],
     nb: usize,
+) -> Vec<f64> {
+    emulate_in(exe, p, mode, plan, ring, up, (nb, None))
+}
+
+/// [`emulate_on`], the forward pipelined (`kernels/pipe.cu`) with near depth and steps a round
+/// `pipe` where given (on `nb` blocks a sequence: the main block and `nb - 1` helpers).
+fn emulate_in(
+    exe: &std::path::Path,
+    p: &OwnedPotentials<f64>,
+    mode: Mode,
+    (team, threads): (usize, usize),
+    ring: bool,
+    up: &[f64],
+    (nb, pipe): (usize, Option<(usize, usize)>),
 ) -> Vec<f64> {
     let v = p.view().unwrap();
     let sh = v.shape();
@@ -88,6 +102,9 @@ fn emulate_on(
         let (ch, p) = (mf.ch.min(mb.ch), k.div_ceil(nb));
         mf.bytes = 8 * spread::smem_words(c, ch, p, 3);
         mb.bytes = 8 * spread::smem_words(c, ch, p, 5);
+        if let Some(how) = pipe {
+            mf.bytes = 8 * pipe::smem_words(c, ch, how, k.div_ceil(nb - 1));
+        }
     }
     let mut buf: Vec<u8> = Vec::new();
     let header = [
@@ -106,6 +123,8 @@ fn emulate_on(
         mb.bytes,
         nb,
         usize::from(v.begin_boundary().is_some() && v.end_boundary().is_some()),
+        pipe.map_or(0, |x| x.0),
+        pipe.map_or(0, |x| x.1),
     ];
     for x in header.into_iter().chain(v.lengths().iter().copied()) {
         buf.extend_from_slice(&(x as i64).to_le_bytes());
@@ -440,5 +459,70 @@ fn boundaries_match_the_reference_on_one_block_and_spread_under_a_cpu_emulation(
         }
         let out = emulate_on(&exe, &owned, Mode::Backward, (4, 32), true, &up, nb);
         assert_backward(&tag, &out, &owned, &want, &up, false);
+    }
+}
+
+/// The pipelined forward (`kernels/pipe.cu`): log Z and the backward's gradients (from the α
+/// and u it saves) against the reference, Viterbi backpointers bit for bit those of one block
+/// a sequence, and a rerun's bits; rounds of 1 to 3 steps, near depths of 5 to 8, 2 to 4
+/// helpers with slot ranges of unequal sizes, cut and uncut labels, capped durations, begin and
+/// end boundaries, and a sequence that no segmentation can label.
+#[test]
+fn the_pipelined_forward_matches_the_reference_under_a_cpu_emulation() {
+    let Some(exe) = emulator() else { return };
+    let mut bounded = GenSpec::new(2, 150, 64, 3).everything();
+    bounded.transition = semicrf_core::testing::TransitionKind::Static;
+    let cases = [
+        (cut_problem(4200, (2, 150, 64, 4), true), 4, (6, 2)),
+        (cut_problem(4201, (1, 120, 40, 6), false), 3, (5, 1)),
+        (cut_problem(4202, (2, 200, 120, 3), true), 5, (8, 3)),
+        (random_problem(4203, &bounded), 3, (5, 1)),
+    ];
+    for (n, (mut owned, nb, how)) in cases.into_iter().enumerate() {
+        let sh = owned.view().unwrap().shape();
+        let (b, k, c) = (sh.batch, sh.max_duration, sh.labels);
+        assert!(
+            pipe::words(nb - 1, how.1, how.0, c) <= k * c,
+            "case {n}: no room"
+        );
+        if n == 2 {
+            // Sequence 1 loses every label at its first position: -inf, not NaN.
+            for j in 0..c {
+                owned.scores[[1, 0, j]] = f64::NEG_INFINITY;
+            }
+        }
+        let p = Problem::Structured(owned.view().unwrap());
+        let tag = format!("case {n}: {sh:?} pipelined over {nb} blocks, {how:?}");
+        let up = upstream(4300 + n as u64, b);
+        let plan = (4, 32);
+        let run = |mode| emulate_in(&exe, &owned, mode, plan, true, &up, (nb, Some(how)));
+        let log_z = Reference.forward::<LogSemiring>(&p).unwrap();
+        let out = run(Mode::Log);
+        assert_eq!(bits(&out), bits(&run(Mode::Log)), "{tag}: a rerun differs");
+        for x in 0..b {
+            let z = out[2 * x];
+            let ok = Tolerance::F64_VALUES.ok(z, log_z[x]) || (z == log_z[x]);
+            assert!(ok, "{tag}: log Z {z} vs {}", log_z[x]);
+        }
+        let best = Reference.viterbi(&p).unwrap();
+        let out = run(Mode::Viterbi);
+        let one = emulate(&exe, &owned, Mode::Viterbi, plan, true, &up);
+        assert_eq!(bits(&out), bits(&one), "{tag}: Viterbi against one block");
+        for x in 0..b {
+            if best[x].score == f64::NEG_INFINITY {
+                assert_eq!(out[2 * x], f64::NEG_INFINITY, "{tag}: max of {x}");
+                continue;
+            }
+            assert_eq!(
+                emulated_segments(&out, &owned, x),
+                best[x].segments,
+                "{tag}: {x}"
+            );
+        }
+        let Ok(want) = Reference.backward(&p, &up) else {
+            continue;
+        };
+        let out = run(Mode::Backward);
+        assert_backward(&tag, &out, &owned, &want, &up, n != 3);
     }
 }

@@ -8,7 +8,9 @@
 // bytes_f (the forward's ring in shared memory, its dynamic shared memory), ring_b, acc_b,
 // bytes_b (the backward's), nb (blocks a sequence: above 1, modes 0, 1 and 3 run
 // kernels/spread.cu's kernels on nb blocks a sequence, with bytes_f and bytes_b their shared
-// memory), bnd (1: begin and end boundaries follow the scores); i64 lengths[B]; f64 scores[B·T·C], transition[C·C] (i·C + j),
+// memory), bnd (1: begin and end boundaries follow the scores), near, round (near above 0:
+// the forward of modes 0, 1 and 3 runs kernels/pipe.cu's kernels instead, with that near
+// depth and steps a round, on nb blocks a sequence); i64 lengths[B]; f64 scores[B·T·C], transition[C·C] (i·C + j),
 // duration[K·C] ((d-1)·C + j), start[C], end[C], upstream[B]. The layouts are the host's
 // (`logdomain::smem`).
 //
@@ -25,7 +27,7 @@
 
 #define STREAM_SMEM(name) double* name = emu::cur->smem.data()
 #define STREAM_SMEM_END(end) MT_SMEM_END(end)
-#include "spread.cu"
+#include "pipe.cu"
 
 int main(int argc, char** argv) {
     if (argc != 3) {
@@ -34,9 +36,9 @@ int main(int argc, char** argv) {
     }
     FILE* in = fopen(argv[1], "rb");
     if (!in) return 2;
-    const auto h = emu::read<long long>(in, 15);
+    const auto h = emu::read<long long>(in, 17);
     const long long B = h[0], T = h[1], K = h[2], C = h[3], team = h[4], threads = h[5];
-    const long long ch = h[6], mode = h[7], nb = h[13];
+    const long long ch = h[6], mode = h[7], nb = h[13], near = h[15], round = h[16];
     const auto len = emu::read<long long>(in, B);
     const auto sc = emu::read<double>(in, B * T * C);
     const auto bbv = emu::read<double>(in, h[14] ? B * T * C : 0);
@@ -93,9 +95,15 @@ int main(int argc, char** argv) {
     std::vector<unsigned long long> bar(B);
     auto fresh = [&] {
         std::fill(bar.begin(), bar.end(), 0ULL);
-        return Spread{pm.data(), ps.data(), pa.data(), bar.data(), pdc.data(), (int)nb, 0};
+        return Spread{pm.data(), ps.data(), pa.data(), bar.data(), pdc.data(), (int)nb, (int)near,
+                      (int)round, 0};
     };
-    if (spread) {
+    if (spread && near > 0) {
+        // The pipeline's buffers are carved from the (zero) ring.
+        std::fill(ring.begin(), ring.end(), 0.0);
+        emu::launch_coop(mode == 1 ? fwd_pipe_max : fwd_pipe_log, (unsigned)(B * nb),
+                         (unsigned)threads, bytes_f, a, fresh());
+    } else if (spread) {
         emu::launch_coop(mode == 1 ? fwd_spread_max : fwd_spread_log, (unsigned)(B * nb),
                          (unsigned)threads, bytes_f, a, fresh());
     } else {
