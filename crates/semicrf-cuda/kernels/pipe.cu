@@ -40,9 +40,11 @@
 #include "spread.cu"
 
 // Rounds of far sums in flight (the host's `pipe::ROUNDS`).
-#define PIPE_Q 4
-// The main block publishes its progress every PIPE_PUB steps (D >= M + PIPE_PUB, so the round
-// a helper waits on never needs a step the main block has not published).
+#define PIPE_Q 8
+// The main block publishes its progress every PIPE_PUB steps. A helper's round never waits
+// for a step whose far sums it has still to give: it waits for the starts up to te - D - 1,
+// published by step te - D + PIPE_PUB - 1 < t0 (D >= M + PIPE_PUB), and for the main block to
+// be past step t0 - PIPE_Q·M + PIPE_PUB < t0 (PIPE_Q·M > PIPE_PUB).
 #define PIPE_PUB 4
 
 // One sequence's pipeline buffers, carved from its K·C words of `a.ring` (zero at launch;
@@ -87,7 +89,37 @@ __device__ __forceinline__ void pipe_join(Two<SR>& acc, double m2, double s2, in
     acc.m = m;
 }
 
+// u(j) = ⊕_i α(i) ⊗ transition[i, j] over the labels i whose transition to j is finite (the
+// `cnt` labels of `lst`), as trans_into (kernels/streaming.cu) over every label: a -inf term
+// never wins the maximum nor adds to the sum, and where every term is -inf the best label is
+// the scan's first, 0. Every lane of the warp calls it; `act`: j is a label.
+template <int SR>
+__device__ __forceinline__ Two<SR> trans_listed(const double* ax, const double* tr,
+                                                const int* lst, int cnt, i64 j, i64 C, int l,
+                                                int wb, bool act) {
+    Two<SR> acc;
+    acc.init();
+    if (act && l < wb) {
+        for (int q = l; q < cnt; q += wb) {
+            const int i = lst[q];
+            acc.max(ax[i] + tr[i * C + j], i);
+        }
+    }
+    acc.max_reduce(wb);
+    if (act && l < wb && SR != SR_MAX) {
+        for (int q = l; q < cnt; q += wb) acc.sum(ax[lst[q]] + tr[lst[q] * C + j], 0.0);
+    }
+    acc.sum_reduce(wb);
+    if (acc.m == neg_inf()) acc.arg = 0;
+    return acc;
+}
+
 // The block on the critical path: the near windows, the transition, the ring of D starts.
+// A step t has one barrier: before it, each label's team completes α_t (its own near sum of
+// durations 2..D, computed in the previous step, the duration-1 term, the far sum); after it,
+// each team computes u_t from every label's α_t (kept by the parity of t), the new start, and
+// the near sum of step t + 1 over durations 2..D, which needs no start newer than t - 1. A
+// label's near ring, sums and bounds are only ever touched by its own team.
 template <int SR>
 __device__ void pipe_main(const Args& a, const Spread& w, int b, const PipeLay& p) {
     const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
@@ -98,19 +130,25 @@ __device__ void pipe_main(const Args& a, const Spread& w, int b, const PipeLay& 
     int wb = 1;  // lanes of the team that reduce over the C previous labels
     while (wb < C && wb < team) wb <<= 1;
     STREAM_SMEM(smem);
-    double* ax = smem;
-    double* scs = ax + C;
+    double* ax = smem;  // α_t by the parity of t: [(t & 1)*C + j]
+    double* scs = ax + 2 * C;
     double* ebs = scs + ch * C;
     double* bbs = ebs + ch * C;
-    i64* z = reinterpret_cast<i64*>(bbs + ch * C);
-    int* km = reinterpret_cast<int*>(z + C);
-    double* rn = bbs + ch * C + C + (C + 1) / 2;  // [j*D + s mod D]
-    double* dn = rn + D * C;                      // [j*D + d-1]
-    double* fm = dn + D * C;                      // the round's far sums [m*C + j]
+    double* qm = bbs + ch * C;  // the next step's near sum over durations 2..D: maximum,
+    double* qs = qm + C;        // sum relative to it (and `qa`, the arg)
+    double* rn = qs + C;        // [j*D + s mod D]
+    double* dn = rn + D * C;    // [j*D + d-1]
+    double* fm = dn + D * C;    // the round's far sums [m*C + j]
     double* fs = fm + M * C;
     double* trs = fs + M * C;  // the transition [i*C + j]
-    int* fa = reinterpret_cast<int*>(trs + C * C);
-    STREAM_SMEM_END(trs + C * C + (M * C + 1) / 2);
+    i64* z = reinterpret_cast<i64*>(trs + C * C);
+    int* km = reinterpret_cast<int*>(z + C);
+    int* qa = km + C;
+    int* nn = qa + C;  // the next step's window, at most D
+    int* fa = nn + C;
+    int* cnt = fa + M * C;  // the labels with a finite transition to j: lst[j*C + ..cnt[j]]
+    int* lst = cnt + C;
+    STREAM_SMEM_END(reinterpret_cast<double*>(z + C) + (4 * C + M * C + C * C + 1) / 2);
     const int R = D + M;
 
     for (i64 x = threadIdx.x; x < D * C; x += blockDim.x) {
@@ -118,7 +156,13 @@ __device__ void pipe_main(const Args& a, const Spread& w, int b, const PipeLay& 
         dn[x] = a.dur[(d - 1) * C + j];
     }
     for (i64 x = threadIdx.x; x < C * C; x += blockDim.x) trs[x] = a.tr[x];
+    i64 c0 = 1;  // the staged chunk's first step
+    stage_fwd(scs, ebs, bbs, a, b, c0, L);
     for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
+        int n = 0;
+        for (i64 i = 0; i < C; ++i)
+            if (a.tr[i * C + j] != neg_inf()) lst[j * C + n++] = (int)i;
+        cnt[j] = n;
         z[j] = 0;
         km[j] = longest_finite(a.dur, K, C, j);
         const double e = a.st[j] + opt_at(a.bb, a, b, 0, j);
@@ -133,14 +177,57 @@ __device__ void pipe_main(const Args& a, const Spread& w, int b, const PipeLay& 
     }
     unsigned long long published = 1;
 
-    i64 r = ch - 1;  // the row of t - 1 in the staged chunk
+    // The near sum of step t + 1 over durations 2..D (its team's lanes), with the window's
+    // bound: what the team of label j needs to complete α_{t+1}(j) after the next barrier.
+    // tD1: (t + 1) mod D.
+    auto near_next = [&](i64 t, int tD1) {
+        const i64 t1 = t + 1;
+        for (i64 jb = 0; jb < C; jb += nteams) {
+            const i64 j = jb + g;
+            Two<SR> acc;
+            acc.init();
+            i64 zj = 0;
+            int n = 0;
+            double* rj = rn + j * D;
+            const double* dj = dn + j * D;
+            if (j < C && t1 <= L) {
+                const double sv = scs[(t1 - c0) * C + j];
+                zj = sv == neg_inf() ? t1 : z[j];
+                const i64 open = t1 - zj < km[j] ? t1 - zj : (i64)km[j];
+                n = open < D ? (int)open : D;
+                for (int d = 2 + l; d <= n; d += team) {
+                    const int q = slot_back<int>(tD1, d, D);
+                    const double x = rj[q] + sv;
+                    rj[q] = x;
+                    acc.max(x + dj[d - 1], d);
+                }
+            }
+            acc.max_reduce(team);
+            if (SR != SR_MAX && j < C) {
+                for (int d = 2 + l; d <= n; d += team)
+                    acc.sum(rj[slot_back<int>(tD1, d, D)] + dj[d - 1], 0.0);
+            }
+            acc.sum_reduce(team);
+            if (j < C && l == 0) {
+                z[j] = zj;
+                nn[j] = n;
+                qm[j] = acc.m;
+                qs[j] = acc.s;
+                qa[j] = acc.arg;
+            }
+        }
+    };
+    near_next(0, D == 1 ? 0 : 1);
+
     int tD = 0, tR = 0, m = M - 1;  // t mod D; t mod R; t - 1 mod M
     for (i64 t = 1; t <= L; ++t) {
         tD = tD + 1 == D ? 0 : tD + 1;
         tR = tR + 1 == R ? 0 : tR + 1;
-        if (++r == ch) {
-            r = 0;
-            stage_fwd(scs, ebs, bbs, a, b, t, L);
+        if (t + 1 - c0 >= ch) {
+            // The chunk from t on (every thread is done with the rows before t).
+            __syncthreads();
+            c0 = t;
+            stage_fwd(scs, ebs, bbs, a, b, c0, L);
             __syncthreads();
         }
         if (++m == M) {
@@ -161,49 +248,45 @@ __device__ void pipe_main(const Args& a, const Spread& w, int b, const PipeLay& 
             }
             __syncthreads();
         }
-        // α_t: the near window (two passes), joined with the far sums.
+        // α_t: the near sum, the start t - 1 extended by the score (duration 1), the far sum.
+        const i64 r = t - c0;
         for (i64 jb = 0; jb < C; jb += nteams) {
             const i64 j = jb + g;
-            Two<SR> acc;
-            acc.init();
-            i64 zj = 0;
-            int n = 0;
-            double* rj = rn + j * D;
-            const double* dj = dn + j * D;
-            if (j < C) {
-                const double sv = scs[r * C + j];
-                zj = sv == neg_inf() ? t : z[j];
-                const i64 open = t - zj < km[j] ? t - zj : (i64)km[j];
-                n = open < D ? (int)open : D;
-                for (int d = 1 + l; d <= n; d += team) {
-                    const int q = slot_back<int>(tD, d, D);
-                    const double x = rj[q] + sv;
-                    rj[q] = x;
-                    acc.max(x + dj[d - 1], d);
-                }
-            }
-            acc.max_reduce(team);
-            if (SR != SR_MAX && j < C) {
-                for (int d = 1 + l; d <= n; d += team)
-                    acc.sum(rj[slot_back<int>(tD, d, D)] + dj[d - 1], 0.0);
-            }
-            acc.sum_reduce(team);
             if (j < C && l == 0) {
+                Two<SR> acc;
+                acc.init();
+                acc.m = qm[j];
+                acc.s = qs[j];
+                acc.arg = qa[j];
+                if (nn[j] >= 1) {
+                    double* e = rn + j * D + (tD == 0 ? D - 1 : tD - 1);
+                    *e += scs[r * C + j];
+                    pipe_join<SR>(acc, *e + dn[j * D], 1.0, 1);
+                }
                 pipe_join<SR>(acc, fm[m * C + j], fs[m * C + j], fa[m * C + j]);
-                z[j] = zj;
                 const double x = acc.x() + ebs[r * C + j];
-                ax[j] = x;
+                ax[(t & 1) * C + j] = x;
                 if (a.alpha) SAVED(a.alpha, b, t, j) = x;
                 if (a.bpd) SAVED(a.bpd, b, t, j) = acc.arg;
             }
         }
         __syncthreads();
+        if (t % PIPE_PUB == 0) {
+            // The starts 0 .. t - 1 are out.
+            if (threadIdx.x == 0) {
+                __threadfence();
+                atomicAdd(p.ctr, (unsigned long long)t - published);
+            }
+            published = (unsigned long long)t;
+        }
         if (t == L) break;
-        // u_t and the new start, in the ring and published.
+        // u_t and the new start, in the ring and published; then the next near sum.
         for (i64 jb = 0; jb < C; jb += nteams) {
             const i64 j = jb + g;
             const bool act = j < C;
-            const Two<SR> acc = trans_into<SR>(ax, nullptr, trs, j, C, l, wb, act);
+            const int* lj = lst + (act ? j : 0) * C;
+            const Two<SR> acc = trans_listed<SR>(ax + (t & 1) * C, trs, lj, act ? cnt[j] : 0, j,
+                                                 C, l, wb, act);
             if (act && l == 0) {
                 const double x = acc.x();
                 const double e = x + bbs[r * C + j];
@@ -213,24 +296,18 @@ __device__ void pipe_main(const Args& a, const Spread& w, int b, const PipeLay& 
                 if (a.bpi) SAVED(a.bpi, b, t, j) = acc.arg;
             }
         }
-        __syncthreads();
-        if (t % PIPE_PUB == 0) {
-            if (threadIdx.x == 0) {
-                __threadfence();
-                atomicAdd(p.ctr, (unsigned long long)(t + 1) - published);
-            }
-            published = (unsigned long long)(t + 1);
-        }
+        near_next(t, tD + 1 == D ? 0 : tD + 1);
     }
+    const double* al = ax + (L & 1) * C;
     if (threadIdx.x == 0) {
         Acc<SR> acc;
         acc.init();
-        for (i64 j = 0; j < C; ++j) acc.add(ax[j] + a.en[j], 0.0, (int)j);
+        for (i64 j = 0; j < C; ++j) acc.add(al[j] + a.en[j], 0.0, (int)j);
         a.out[2 * b] = acc.x();
         a.out[2 * b + 1] = 0.0;
     }
     if (a.last)
-        for (i64 j = threadIdx.x; j < C; j += blockDim.x) a.last[b * C + j] = ax[j];
+        for (i64 j = threadIdx.x; j < C; j += blockDim.x) a.last[b * C + j] = al[j];
 }
 
 // Helper h of nh: the far windows of its ring slots, a round at a time.
@@ -262,10 +339,11 @@ __device__ void pipe_helper(const Args& a, const Spread& w, int b, const PipeLay
     i64 tk = 0;  // t mod K
     for (i64 t0 = 1; t0 <= L; t0 += M) {
         const i64 round = (t0 - 1) / M, te = t0 + M - 1 < L ? t0 + M - 1 : L;
-        // The newest start the round needs, and the last step of the round that used its
-        // buffer of far sums: the main block must have published both.
-        const i64 newest = te - D - 1, freed = t0 - (PIPE_Q - 1) * M - 1;
-        const i64 need = (newest > freed ? newest : freed) + 1;
+        // Starts published (`prog`): up to the newest the round needs, and far enough that
+        // the main block has copied in the round that last used this round's buffer of far
+        // sums (it does at step t0 - PIPE_Q·M, and publishes at step t the starts before t).
+        const i64 newest = te - D, freed = t0 - PIPE_Q * M + 1;
+        const i64 need = newest > freed ? newest : freed;
         if (threadIdx.x == 0) {
             while ((i64)SPREAD_POLL(p.ctr) < need) {
             }
@@ -288,47 +366,54 @@ __device__ void pipe_helper(const Args& a, const Spread& w, int b, const PipeLay
         }
         __syncthreads();
         const i64 par = (round & 1) * nh * M * C;
+        // The steps of the round. A label's z, ring slots and partials belong to one team (a
+        // half or whole warp): the steps need no block barrier.
+        const int k32 = (int)K, p32 = (int)P, base = (int)s0;
         for (i64 t = t0; t <= te; ++t) {
             tk = tk + 1 == K ? 0 : tk + 1;
+            const int top = (int)tk - base;  // the duration of the start in slot s0, less K
             for (i64 jb = 0; jb < C; jb += nteams) {
                 const i64 j = jb + g;
                 Two<SR> acc;
                 acc.init();
-                i64 zj = 0, n = 0;
+                int n = 0;
+                i64 zt = 0;
                 double* rj = rx + j * P;
                 const double* dj = durT + j * K;
                 if (j < C) {
                     const double sv = hsc[(t - t0 + D) * C + j];
-                    zj = sv == neg_inf() ? t : z[j];
-                    n = t - zj < km[j] ? t - zj : (i64)km[j];
-                    for (i64 q = l; q < P; q += team) {
-                        i64 d = tk - (s0 + q);  // the duration of the start in slot s0 + q
-                        if (d <= 0) d += K;
+                    const i64 zj = sv == neg_inf() ? t : z[j];
+                    n = t - zj < km[j] ? (int)(t - zj) : km[j];
+                    // Only a window longer than the near depth reaches the helpers.
+                    for (int q = l; n > D && q < p32; q += team) {
+                        int d = top - q;  // the duration of the start in slot s0 + q
+                        if (d <= 0) d += k32;
                         if (d <= D || d > n) continue;
                         // A start entering the far window is extended already.
                         const double x = d == D + 1 ? rj[q] : rj[q] + sv;
                         rj[q] = x;
-                        acc.max(x + dj[d - 1], (int)d);
+                        acc.max(x + dj[d - 1], d);
                     }
+                    zt = zj;
                 }
                 acc.max_reduce(team);
                 if (SR != SR_MAX && j < C) {
-                    for (i64 q = l; q < P; q += team) {
-                        i64 d = tk - (s0 + q);
-                        if (d <= 0) d += K;
+                    for (int q = l; n > D && q < p32; q += team) {
+                        int d = top - q;
+                        if (d <= 0) d += k32;
                         if (d > D && d <= n) acc.sum(rj[q] + dj[d - 1], 0.0);
                     }
                 }
                 acc.sum_reduce(team);
                 if (j < C && l == 0) {
-                    z[j] = zj;
+                    z[j] = zt;
                     const i64 at = par + (h * M + (t - t0)) * C + j;
                     p.pm[at] = acc.m;
                     p.ps[at] = acc.s;
                     p.pa[at] = acc.arg;
                 }
+                __syncwarp();  // z[j] before the team's next step reads it
             }
-            __syncthreads();
         }
         spread_sync(p.ctr + 1, ++gen * nh);  // every helper's partials of the round are out
         // This helper's share of the round's (step, label) pairs, merged over the helpers.

@@ -1,10 +1,12 @@
 //! [`SourceEngine`] for [`CudaEngine`]: the rows of a [`PotentialSource`] go to the device
-//! chunk by chunk through page-locked memory (`transfer::rows`: the host fills one half of
-//! the buffer while the bus moves the other), into `(B, T, C)` arrays in device memory that
+//! chunk by chunk (as many chunks filled at once as the rayon pool has threads, then checked
+//! and sent in order) through page-locked memory (`transfer::rows`: the host fills one half
+//! of the buffer while the bus moves the other), into `(B, T, C)` arrays in device memory that
 //! the streaming kernels read as they read potentials already there; the backward pass's
 //! position-wise results come back the same way, chunk by chunk, to a [`GradientSink`].
 //!
-//! The host holds one chunk of rows and the page-locked buffer, never a `(B, T, C)` array;
+//! The host holds a chunk of rows for each thread of the pool (64 MiB of them at most) and the
+//! page-locked buffer, never a `(B, T, C)` array;
 //! the device holds the whole position tensors, in the caller's precision, as for
 //! [`Engine`](semicrf_core::Engine) calls.
 
@@ -12,6 +14,7 @@ use std::cell::RefCell;
 
 use bytemuck::Pod;
 use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, ValidAsZeroBits};
+use rayon::prelude::*;
 use semicrf_core::range::{self, Magnitude};
 use semicrf_core::{
     Decoded, EngineInfo, Error, Form, GradientRows, GradientSink, Gradients, PotentialSource,
@@ -105,26 +108,48 @@ where
     let tensors = 1 + usize::from(src.has_begin_boundary()) + usize::from(src.has_end_boundary());
     let mut dst = gpu.zeros::<T>(tensors * n).map_err(err)?;
     let rho = rows.clamp(1, t.max(1));
+    // Chunks filled at once, on the rayon pool's threads (a source may compute its rows, as
+    // the gene finder's does from the DNA): one a thread, at most 64 MiB of them.
+    let bytes = tensors * rho * c * F::BYTES as usize;
+    let wave = rayon::current_num_threads().clamp(1, ((64 << 20) / bytes.max(1)).max(1));
     let chunk = || vec![F::zero(); rho * c];
-    let mut sc = chunk();
-    let mut bb = src.has_begin_boundary().then(chunk);
-    let mut eb = src.has_end_boundary().then(chunk);
-    let eb_at = n * (1 + usize::from(bb.is_some()));
+    let mut bufs: Vec<Chunk<F>> = (0..wave)
+        .map(|_| {
+            (
+                chunk(),
+                src.has_begin_boundary().then(chunk),
+                src.has_end_boundary().then(chunk),
+            )
+        })
+        .collect();
+    let eb_at = n * (1 + usize::from(src.has_begin_boundary()));
     let mut up = RowUpload::new(gpu).map_err(err)?;
     let mut magnitudes = Vec::with_capacity(bn);
     for (b, &len) in p.lengths().iter().enumerate() {
         let mut check = RowCheck::new(b, c);
-        for t0 in (0..len).step_by(rho) {
-            let m = rho.min(len - t0) * c;
-            src.fill(b, t0, rows_of(&mut sc, &mut bb, &mut eb, m))?;
-            check.rows(t0, &rows_of(&mut sc, &mut bb, &mut eb, m))?;
-            let at = (b * t + t0) * c;
-            up.put(&sc[..m], to, &mut dst, at).map_err(err)?;
-            if let Some(v) = &bb {
-                up.put(&v[..m], to, &mut dst, n + at).map_err(err)?;
-            }
-            if let Some(v) = &eb {
-                up.put(&v[..m], to, &mut dst, eb_at + at).map_err(err)?;
+        let starts: Vec<usize> = (0..len).step_by(rho).collect();
+        for group in starts.chunks(wave) {
+            let filled: Vec<Result<()>> = bufs[..group.len()]
+                .par_iter_mut()
+                .zip(group)
+                .map(|((sc, bb, eb), &t0)| {
+                    let m = rho.min(len - t0) * c;
+                    src.fill(b, t0, rows_of(sc, bb, eb, m))
+                })
+                .collect();
+            // In order: the first failure is the first chunk's that failed.
+            for (((sc, bb, eb), &t0), done) in bufs.iter_mut().zip(group).zip(filled) {
+                done?;
+                let m = rho.min(len - t0) * c;
+                check.rows(t0, &rows_of(sc, bb, eb, m))?;
+                let at = (b * t + t0) * c;
+                up.put(&sc[..m], to, &mut dst, at).map_err(err)?;
+                if let Some(v) = bb {
+                    up.put(&v[..m], to, &mut dst, n + at).map_err(err)?;
+                }
+                if let Some(v) = eb {
+                    up.put(&v[..m], to, &mut dst, eb_at + at).map_err(err)?;
+                }
             }
         }
         magnitudes.push(check.magnitude(p.shared_bound(), len));
@@ -132,6 +157,9 @@ where
     up.finish().map_err(err)?;
     Ok((dst, magnitudes))
 }
+
+/// A chunk's buffers: scores, and the boundaries the source gives.
+type Chunk<F> = (Vec<F>, Option<Vec<F>>, Option<Vec<F>>);
 
 /// The first `m` elements of each chunk buffer, as a source fills them.
 fn rows_of<'r, F>(
@@ -394,8 +422,9 @@ impl<F: Scalar> SourceEngine<F> for CudaEngine {
     /// The device bytes of [`EngineInfo::memory_required`] for the same query: the device
     /// holds the whole `(B, T, C)` position tensors, in the caller's precision, as for
     /// arrays (about 4 GB for one sequence of 21·10⁶ positions and 50 labels in `f32`). The
-    /// host holds one chunk of rows per position tensor (`ρ·C·τ·β` bytes, `ρ` the rows per
-    /// chunk) and the process's page-locked buffer of 32 MiB, never a `(B, T, C)` array.
+    /// host holds one chunk of rows per position tensor for each thread of the rayon pool
+    /// (`ρ·C·τ·β` bytes each, `ρ` the rows per chunk; 64 MiB in all at most) and the
+    /// process's page-locked buffer of 32 MiB, never a `(B, T, C)` array.
     fn memory_required_streamed(&self, query: &Query) -> Result<u64> {
         if query.form == Form::Edges || self.edge_form() {
             return Err(Error::Unsupported {

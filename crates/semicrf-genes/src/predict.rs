@@ -145,9 +145,10 @@ fn decode(
             }
             Ok(SourceEngine::<f32>::viterbi_streamed(&e, &problem)?)
         };
-        if parallel {
+        if parallel && cfg.device == Device::Cpu {
             // The rows the forward sweep reads next are computed on another thread
-            // meanwhile; `ahead` (dropped before the scope ends) stops it.
+            // meanwhile; `ahead` (dropped before the scope ends) stops it. (The CUDA engine
+            // fills its chunks on the pool's threads itself.)
             std::thread::scope(|s| {
                 let (ahead, producer) = Ahead::new(&source);
                 s.spawn(|| producer.run(&source));

@@ -26,7 +26,7 @@ const MAX_HELPERS: usize = 8 * TEAM;
 const ROUND: usize = 8;
 
 /// Rounds of far sums in flight (`PIPE_Q`).
-const ROUNDS: usize = 4;
+const ROUNDS: usize = 8;
 
 /// Steps between the main block's publications of its progress (`PIPE_PUB`): the near depth
 /// is at least a round and this.
@@ -57,11 +57,19 @@ pub(crate) fn words(nh: usize, m: usize, d: usize, c: usize) -> usize {
     2 * np + 2 * nf + (d + m) * c + (np + nf).div_ceil(2) + 3
 }
 
-/// Words of the main block's shared memory: α, three staged row blocks of `ch` positions, the
-/// windows' bounds and longest durations, the near ring and durations (`D·C` each), a round's
-/// far sums, the transition.
+/// Words of the main block's shared memory: α twice, three staged row blocks of `ch`
+/// positions, the next step's near sums, the near ring and durations (`D·C` each), a round's
+/// far sums, the transition, the windows' bounds, then as i32 the longest durations, the near
+/// sums' args and bounds, the far sums' args and each label's finite transitions.
 fn main_words(c: usize, ch: usize, d: usize, m: usize) -> usize {
-    c + 3 * ch * c + c + c.div_ceil(2) + 2 * d * c + 2 * m * c + c * c + (m * c).div_ceil(2)
+    2 * c
+        + 3 * ch * c
+        + 2 * c
+        + 2 * d * c
+        + 2 * m * c
+        + c * c
+        + c
+        + (4 * c + m * c + c * c).div_ceil(2)
 }
 
 /// Words of a helper's shared memory: the scores of `D + M` steps, the windows' bounds and
@@ -104,9 +112,10 @@ pub(crate) fn plan(
     if nh < 2 || words(nh, ROUND, near, c) > k * c {
         return None;
     }
-    let mut ch = (1024 / c.max(1)).clamp(1, 32);
+    // At least two positions staged: a step reads the next one's scores.
+    let mut ch = (1024 / c.max(1)).clamp(2, 32);
     let bytes = |ch| 8 * smem_words(c, ch, (near, ROUND), k.div_ceil(nh));
-    while ch > 1 && bytes(ch) > limit {
+    while ch > 2 && bytes(ch) > limit {
         ch /= 2;
     }
     let bytes = bytes(ch);
