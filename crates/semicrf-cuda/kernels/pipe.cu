@@ -89,37 +89,16 @@ __device__ __forceinline__ void pipe_join(Two<SR>& acc, double m2, double s2, in
     acc.m = m;
 }
 
-// u(j) = ⊕_i α(i) ⊗ transition[i, j] over the labels i whose transition to j is finite (the
-// `cnt` labels of `lst`), as trans_into (kernels/streaming.cu) over every label: a -inf term
-// never wins the maximum nor adds to the sum, and where every term is -inf the best label is
-// the scan's first, 0. Every lane of the warp calls it; `act`: j is a label.
-template <int SR>
-__device__ __forceinline__ Two<SR> trans_listed(const double* ax, const double* tr,
-                                                const int* lst, int cnt, i64 j, i64 C, int l,
-                                                int wb, bool act) {
-    Two<SR> acc;
-    acc.init();
-    if (act && l < wb) {
-        for (int q = l; q < cnt; q += wb) {
-            const int i = lst[q];
-            acc.max(ax[i] + tr[i * C + j], i);
-        }
-    }
-    acc.max_reduce(wb);
-    if (act && l < wb && SR != SR_MAX) {
-        for (int q = l; q < cnt; q += wb) acc.sum(ax[lst[q]] + tr[lst[q] * C + j], 0.0);
-    }
-    acc.sum_reduce(wb);
-    if (acc.m == neg_inf()) acc.arg = 0;
-    return acc;
-}
-
 // The block on the critical path: the near windows, the transition, the ring of D starts.
 // A step t has one barrier: before it, each label's team completes α_t (its own near sum of
 // durations 2..D, computed in the previous step, the duration-1 term, the far sum); after it,
-// each team computes u_t from every label's α_t (kept by the parity of t), the new start, and
-// the near sum of step t + 1 over durations 2..D, which needs no start newer than t - 1. A
-// label's near ring, sums and bounds are only ever touched by its own team.
+// half of each team computes u_t from every label's α_t (kept by the parity of t) and the new
+// start, while the other half computes the near sum of step t + 1 over durations 2..D, which
+// needs no start newer than t - 1: the two chains run side by side, each half reducing over
+// itself. u_t runs over the labels with a finite transition to j (as trans_into of
+// kernels/streaming.cu over every label: a -inf term never wins the maximum nor adds to the
+// sum, and where every term is -inf the best label is the scan's first, 0). A label's near
+// ring, sums and bounds are only ever touched by its own team.
 template <int SR>
 __device__ void pipe_main(const Args& a, const Spread& w, int b, const PipeLay& p) {
     const i64 L = a.len[b], K = a.K, C = a.C, ch = a.ch;
@@ -127,8 +106,7 @@ __device__ void pipe_main(const Args& a, const Spread& w, int b, const PipeLay& 
     const unsigned long long nh = (unsigned long long)(w.nb - 1);
     const int team = a.team, nteams = blockDim.x / team;
     const int g = threadIdx.x / team, l = threadIdx.x % team;
-    int wb = 1;  // lanes of the team that reduce over the C previous labels
-    while (wb < C && wb < team) wb <<= 1;
+    const int half = team / 2;  // lanes l < half: the transition; the others: the near sum
     STREAM_SMEM(smem);
     double* ax = smem;  // α_t by the parity of t: [(t & 1)*C + j]
     double* scs = ax + 2 * C;
@@ -177,49 +155,74 @@ __device__ void pipe_main(const Args& a, const Spread& w, int b, const PipeLay& 
     }
     unsigned long long published = 1;
 
-    // The near sum of step t + 1 over durations 2..D (its team's lanes), with the window's
-    // bound: what the team of label j needs to complete α_{t+1}(j) after the next barrier.
-    // tD1: (t + 1) mod D.
-    auto near_next = [&](i64 t, int tD1) {
-        const i64 t1 = t + 1;
+    int tD = 0, tR = 0, m = M - 1;  // t mod D; t mod R; t - 1 mod M
+    // After the barrier of step t (rows of the chunk from c0; tR = t mod R): where `trans`,
+    // u_t and the new start (lanes l < half); the near sum of step t + 1 over durations 2..D
+    // with the window's bound (the other lanes), what the team of label j needs to complete
+    // α_{t+1}(j) after the next barrier.
+    auto phase = [&](i64 t, bool trans) {
+        const i64 t1 = t + 1, r = t - c0;
+        const int tD1 = tD + 1 == D ? 0 : tD + 1;
+        const double* al = ax + (t & 1) * C;
+        const bool near = l >= half;
+        const int ln = near ? l - half : l;
         for (i64 jb = 0; jb < C; jb += nteams) {
             const i64 j = jb + g;
+            const bool act = j < C;
             Two<SR> acc;
             acc.init();
             i64 zj = 0;
-            int n = 0;
+            int n = 0, nl = 0;
             double* rj = rn + j * D;
             const double* dj = dn + j * D;
-            if (j < C && t1 <= L) {
+            const int* lj = lst + (act ? j : 0) * C;
+            if (act && near && t1 <= L) {
                 const double sv = scs[(t1 - c0) * C + j];
                 zj = sv == neg_inf() ? t1 : z[j];
                 const i64 open = t1 - zj < km[j] ? t1 - zj : (i64)km[j];
                 n = open < D ? (int)open : D;
-                for (int d = 2 + l; d <= n; d += team) {
+                for (int d = 2 + ln; d <= n; d += half) {
                     const int q = slot_back<int>(tD1, d, D);
                     const double x = rj[q] + sv;
                     rj[q] = x;
                     acc.max(x + dj[d - 1], d);
                 }
             }
-            acc.max_reduce(team);
-            if (SR != SR_MAX && j < C) {
-                for (int d = 2 + l; d <= n; d += team)
-                    acc.sum(rj[slot_back<int>(tD1, d, D)] + dj[d - 1], 0.0);
+            if (act && !near && trans) {
+                nl = cnt[j];
+                for (int q = ln; q < nl; q += half) {
+                    const int i = lj[q];
+                    acc.max(al[i] + trs[i * C + j], i);
+                }
             }
-            acc.sum_reduce(team);
-            if (j < C && l == 0) {
+            acc.max_reduce(half);
+            if (SR != SR_MAX && act) {
+                for (int d = 2 + ln; near && d <= n; d += half)
+                    acc.sum(rj[slot_back<int>(tD1, d, D)] + dj[d - 1], 0.0);
+                for (int q = ln; q < nl; q += half) acc.sum(al[lj[q]] + trs[lj[q] * C + j], 0.0);
+            }
+            acc.sum_reduce(half);
+            if (act && l == half) {
                 z[j] = zj;
                 nn[j] = n;
                 qm[j] = acc.m;
                 qs[j] = acc.s;
                 qa[j] = acc.arg;
             }
+            if (act && l == 0 && trans) {
+                if (acc.m == neg_inf()) acc.arg = 0;
+                const double x = acc.x();
+                const double e = x + bbs[r * C + j];
+                rn[j * D + tD] = e;
+                p.pub[tR * C + j] = e;
+                if (a.u) SAVED(a.u, b, t, j) = x;
+                if (a.bpi) SAVED(a.bpi, b, t, j) = acc.arg;
+            }
+            __syncwarp();  // the near sum (lane `half`) before lane 0 completes α_{t+1}(j)
         }
     };
-    near_next(0, D == 1 ? 0 : 1);
+    phase(0, false);
 
-    int tD = 0, tR = 0, m = M - 1;  // t mod D; t mod R; t - 1 mod M
     for (i64 t = 1; t <= L; ++t) {
         tD = tD + 1 == D ? 0 : tD + 1;
         tR = tR + 1 == R ? 0 : tR + 1;
@@ -280,23 +283,8 @@ __device__ void pipe_main(const Args& a, const Spread& w, int b, const PipeLay& 
             published = (unsigned long long)t;
         }
         if (t == L) break;
-        // u_t and the new start, in the ring and published; then the next near sum.
-        for (i64 jb = 0; jb < C; jb += nteams) {
-            const i64 j = jb + g;
-            const bool act = j < C;
-            const int* lj = lst + (act ? j : 0) * C;
-            const Two<SR> acc = trans_listed<SR>(ax + (t & 1) * C, trs, lj, act ? cnt[j] : 0, j,
-                                                 C, l, wb, act);
-            if (act && l == 0) {
-                const double x = acc.x();
-                const double e = x + bbs[r * C + j];
-                rn[j * D + tD] = e;
-                p.pub[tR * C + j] = e;
-                if (a.u) SAVED(a.u, b, t, j) = x;
-                if (a.bpi) SAVED(a.bpi, b, t, j) = acc.arg;
-            }
-        }
-        near_next(t, tD + 1 == D ? 0 : tD + 1);
+        // u_t and the new start, in the ring and published; the next near sum.
+        phase(t, true);
     }
     const double* al = ax + (L & 1) * C;
     if (threadIdx.x == 0) {
