@@ -286,16 +286,7 @@ __device__ void pipe_main(const Args& a, const Spread& w, int b, const PipeLay& 
         // u_t and the new start, in the ring and published; the next near sum.
         phase(t, true);
     }
-    const double* al = ax + (L & 1) * C;
-    if (threadIdx.x == 0) {
-        Acc<SR> acc;
-        acc.init();
-        for (i64 j = 0; j < C; ++j) acc.add(al[j] + a.en[j], 0.0, (int)j);
-        a.out[2 * b] = acc.x();
-        a.out[2 * b + 1] = 0.0;
-    }
-    if (a.last)
-        for (i64 j = threadIdx.x; j < C; j += blockDim.x) a.last[b * C + j] = al[j];
+    fwd_result<SR>(a, b, ax + (L & 1) * C);
 }
 
 // Helper h of nh: the far windows of its ring slots, a round at a time.
@@ -316,12 +307,8 @@ __device__ void pipe_helper(const Args& a, const Spread& w, int b, const PipeLay
     const i64 R = D + M;
     unsigned long long gen = 0;
 
-    for (i64 x = h * (i64)blockDim.x + threadIdx.x; x < K * C; x += nh * blockDim.x)
-        durT[x] = a.dur[(x % K) * C + x / K];
-    for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
-        z[j] = 0;
-        km[j] = longest_finite(a.dur, K, C, j);
-    }
+    spread_init(a, durT, km, h, (int)nh);
+    for (i64 j = threadIdx.x; j < C; j += blockDim.x) z[j] = 0;
     spread_sync(p.ctr + 1, ++gen * nh);  // the transposed durations are whole
 
     i64 tk = 0;  // t mod K

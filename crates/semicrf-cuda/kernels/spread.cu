@@ -129,6 +129,22 @@ __device__ void spread_init(const Args& a, double* durT, int* km, int part, int 
     }
 }
 
+// A forward's result for sequence b from α_L (`al`): ⊕_j α_L(j) ⊗ end(j), and α_L itself where
+// `a.last` asks for it. All threads of the block call it.
+template <int SR>
+__device__ void fwd_result(const Args& a, int b, const double* al) {
+    const i64 C = a.C;
+    if (threadIdx.x == 0) {
+        Acc<SR> acc;
+        acc.init();
+        for (i64 j = 0; j < C; ++j) acc.add(al[j] + a.en[j], 0.0, (int)j);
+        a.out[2 * b] = acc.x();
+        a.out[2 * b + 1] = 0.0;
+    }
+    if (a.last)
+        for (i64 j = threadIdx.x; j < C; j += blockDim.x) a.last[b * C + j] = al[j];
+}
+
 template <int SR>
 __device__ void fwd_spread(const Args& a, const Spread& w) {
     const int nb = w.nb, part = (int)(blockIdx.x % (unsigned)nb);
@@ -251,16 +267,7 @@ __device__ void fwd_spread(const Args& a, const Spread& w) {
         }
         __syncthreads();
     }
-    if (part != 0) return;
-    if (threadIdx.x == 0) {
-        Acc<SR> acc;
-        acc.init();
-        for (i64 j = 0; j < C; ++j) acc.add(ax[j] + a.en[j], 0.0, (int)j);
-        a.out[2 * b] = acc.x();
-        a.out[2 * b + 1] = 0.0;
-    }
-    if (a.last)
-        for (i64 j = threadIdx.x; j < C; j += blockDim.x) a.last[b * C + j] = ax[j];
+    if (part == 0) fwd_result<SR>(a, b, ax);
 }
 
 // ---------------------------------------------------------------------------------------

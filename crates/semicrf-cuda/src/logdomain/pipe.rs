@@ -9,18 +9,13 @@
 //! counters are carved out of the ring ([`words`] of the `K·C` a sequence), the transposed
 //! durations go to the second ring, and `memory_required` needs nothing more.
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
 use semicrf_core::Result;
 
 use crate::call::{Seq, StreamCall};
 use crate::kernel::{Kernel, SemiringId, SpreadArgs, StreamArgs};
 use crate::tuning::tuning;
 
-/// Lanes a team: a label's window items are shared by half a warp (as the spread kernels').
-const TEAM: usize = 16;
-
-/// The most helpers a sequence: a lane merges at most 8 helpers' partials (`SPREAD_LANE`).
-const MAX_HELPERS: usize = 8 * TEAM;
+use super::spread::{MAX_NB, TEAM};
 
 /// Steps a helpers' round.
 const ROUND: usize = 8;
@@ -108,7 +103,7 @@ pub(crate) fn plan(
     let nh = k
         .div_ceil(slots)
         .min((sms / seqs).saturating_sub(1))
-        .min(MAX_HELPERS);
+        .min(MAX_NB);
     if nh < 2 || words(nh, ROUND, near, c) > k * c {
         return None;
     }
@@ -156,17 +151,7 @@ impl StreamCall<'_> {
             SemiringId::Max => Kernel::FwdPipeMax,
             _ => Kernel::FwdPipeLog,
         };
-        let mut a = *a;
-        a.ch = p.ch as i32;
-        a.team = TEAM as i32;
-        a.smem_ring = 1;
-        let seqs = match seq {
-            Some(q) => {
-                a.seq = q.dev;
-                q.blocks
-            }
-            None => self.shape.batch,
-        };
+        let (a, seqs) = self.grouped_args(a, seq, p.ch);
         if seqs == 0 {
             return Ok(());
         }
@@ -181,22 +166,12 @@ impl StreamCall<'_> {
             round: p.round as i32,
             pad: 0,
         };
-        let cfg = LaunchConfig {
-            grid_dim: ((seqs * p.nb) as u32, 1, 1),
-            block_dim: (p.threads as u32, 1, 1),
-            shared_mem_bytes: p.bytes as u32,
-        };
-        let mut b = self.gpu.stream.launch_builder(self.gpu.function(kernel));
-        b.arg(&a);
-        b.arg(&w);
         // SAFETY: `a` is the one-block kernel's argument block (every pointer a live
         // allocation sized for the shape); the pipeline's buffers lie within each sequence's
         // K·C zeroed words of the ring (`words` <= K·C, checked by `plan`), the transposed
         // durations within its K·C words of the second ring; the grid is `nb` blocks for each
-        // sequence of `seq`, and a cooperative launch refuses a grid whose blocks cannot all
-        // be resident at once, which the blocks' waits on one another need.
-        unsafe { b.launch_cooperative(cfg) }.map_err(|e| self.err(e))?;
-        Ok(())
+        // sequence of `seq`.
+        unsafe { self.launch_grouped(kernel, (&a, &w), seqs, (p.nb, p.threads, p.bytes)) }
     }
 }
 

@@ -19,10 +19,10 @@ use crate::tuning::{SPREAD_OVER_MEET, tuning};
 
 /// Lanes a team of the spread kernels: a label's slots are shared by half a warp, so that a
 /// block of up to 1,024 threads takes 64 labels at once.
-const TEAM: usize = 16;
+pub(crate) const TEAM: usize = 16;
 
 /// The most blocks a sequence: a lane merges at most 8 blocks' partials (`SPREAD_LANE`).
-const MAX_NB: usize = 8 * TEAM;
+pub(crate) const MAX_NB: usize = 8 * TEAM;
 
 /// The fewest slots a block holds: the partials (5 words a block and label, with the
 /// counters) then fit in the ring they replace.
@@ -150,6 +150,57 @@ impl StreamCall<'_> {
         plan(pass, shape, slots, self.gpu.sms, self.gpu.smem_limit)
     }
 
+    /// `a` set for a kernel that spreads each sequence over a group of blocks (`ch`
+    /// positions staged, teams of [`TEAM`] lanes, rings in shared memory) on the sequences of
+    /// `seq` (all of them for `None`), with the number of sequences.
+    pub(crate) fn grouped_args(
+        &self,
+        a: &StreamArgs,
+        seq: Option<&Seq>,
+        ch: usize,
+    ) -> (StreamArgs, usize) {
+        let mut a = *a;
+        a.ch = ch as i32;
+        a.team = TEAM as i32;
+        a.smem_ring = 1;
+        let seqs = match seq {
+            Some(q) => {
+                a.seq = q.dev;
+                q.blocks
+            }
+            None => self.shape.batch,
+        };
+        (a, seqs)
+    }
+
+    /// Launches `kernel` (a spread or pipelined kernel: arguments `a` and `w`) cooperatively on
+    /// `seqs` groups of `nb` blocks of `threads` threads and `bytes` of shared memory.
+    ///
+    /// # Safety
+    ///
+    /// `a` and `w` must be what `kernel` reads for that grid: every pointer a live allocation
+    /// of the size the kernel indexes. The cooperative launch refuses a grid whose blocks
+    /// cannot all be resident at once, which the blocks' waits on one another need.
+    pub(crate) unsafe fn launch_grouped(
+        &self,
+        kernel: Kernel,
+        (a, w): (&StreamArgs, &SpreadArgs),
+        seqs: usize,
+        (nb, threads, bytes): (usize, usize, usize),
+    ) -> Result<()> {
+        let cfg = LaunchConfig {
+            grid_dim: ((seqs * nb) as u32, 1, 1),
+            block_dim: (threads as u32, 1, 1),
+            shared_mem_bytes: bytes as u32,
+        };
+        let mut b = self.gpu.stream.launch_builder(self.gpu.function(kernel));
+        b.arg(a);
+        b.arg(w);
+        // SAFETY: the caller's contract.
+        unsafe { b.launch_cooperative(cfg) }.map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
     /// Runs the spread kernel of `pass` with the arguments `a` (whose zeroed ring holds the
     /// partials and counters) on the sequences of `seq` (all of them for `None`).
     pub(crate) fn launch_spread(
@@ -165,17 +216,7 @@ impl StreamCall<'_> {
             Pass::Forward(_) => Kernel::FwdSpreadLog,
             Pass::Backward => Kernel::BwdSpreadLog,
         };
-        let mut a = *a;
-        a.ch = p.ch as i32;
-        a.team = TEAM as i32;
-        a.smem_ring = 1;
-        let seqs = match seq {
-            Some(q) => {
-                a.seq = q.dev;
-                q.blocks
-            }
-            None => sh.batch,
-        };
+        let (a, seqs) = self.grouped_args(a, seq, p.ch);
         if seqs == 0 {
             return Ok(());
         }
@@ -199,22 +240,12 @@ impl StreamCall<'_> {
             round: 0,
             pad: 0,
         };
-        let cfg = LaunchConfig {
-            grid_dim: ((seqs * p.nb) as u32, 1, 1),
-            block_dim: (p.threads as u32, 1, 1),
-            shared_mem_bytes: p.bytes as u32,
-        };
-        let mut b = self.gpu.stream.launch_builder(self.gpu.function(kernel));
-        b.arg(&a);
-        b.arg(&w);
         // SAFETY: `a` is the one-block kernel's argument block (every pointer a live
         // allocation sized for the shape); the partials and counters lie within its zeroed
         // ring of B·K·C words (5·nb·C + 1 <= K·C words a sequence, as K >= 8·nb); the copies
         // are K·C zeroed words for each block of the grid; the grid is `nb` blocks for each
-        // sequence of `seq`, and a cooperative launch refuses a grid whose blocks cannot all
-        // be resident at once, which the kernels' grid barriers need.
-        unsafe { b.launch_cooperative(cfg) }.map_err(|e| self.err(e))?;
-        Ok(())
+        // sequence of `seq`.
+        unsafe { self.launch_grouped(kernel, (&a, &w), seqs, (p.nb, p.threads, p.bytes)) }
     }
 }
 
