@@ -4,8 +4,12 @@
 //!
 //! ```text
 //! cargo run --release -p semicrf-bench --features cuda --bin gene_shape -- \
-//!     [--repeats 3] [--cpu-only] [--log-domain] [T=20000] [K=8192] [C=50] [CODING=40] [SEED=1]
+//!     [--repeats 3] [--cpu-only | --cuda-only] [--log-domain] [T=20000] [K=8192] [C=50] \
+//!     [CODING=40] [SEED=1]
 //! ```
+//!
+//! `--cuda-only` times the CUDA engine alone (no ratio, no agreement check): for comparing
+//! the CUDA engine's settings (`SEMICRF_CUDA_*`, docs/configuration.md) in one process each.
 //!
 //! `--log-domain` times the CUDA engine's log-domain kernels alone
 //! ([`semicrf_cuda::CudaEngine::log_domain_only`]) as well: by default the log semiring's
@@ -133,9 +137,10 @@ impl Arrays {
     }
 }
 
-/// The command line: `(repeats, [cpu only, log domain too], shape)`.
+/// The command line: `(repeats, [cpu only, log domain too, cuda only], shape)`.
 fn args() -> (usize, Vec<bool>, GeneShape) {
-    let (repeats, given, rest) = semicrf_bench::timing_args(3, &["--cpu-only", "--log-domain"]);
+    let flags = ["--cpu-only", "--log-domain", "--cuda-only"];
+    let (repeats, given, rest) = semicrf_bench::timing_args(3, &flags);
     let mut s = GeneShape {
         t: 20000,
         k: 8192,
@@ -158,6 +163,10 @@ fn args() -> (usize, Vec<bool>, GeneShape) {
         }
     }
     assert!(s.coding < s.c, "CODING must be below C");
+    assert!(
+        !(given[0] && given[2]),
+        "--cpu-only and --cuda-only exclude each other"
+    );
     (repeats, given, s)
 }
 
@@ -219,7 +228,7 @@ fn agree(a: &Results, b: &Results, grad_tol: f64) -> bool {
 
 fn main() {
     let (repeats, given, s) = args();
-    let (cpu_only, log_domain) = (given[0], given[1]);
+    let (cpu_only, log_domain, cuda_only) = (given[0], given[1], given[2]);
     let arrays = s.arrays();
     let view = arrays.view(s.k);
     // GUARANTEES.md: each log-space value of size M rounds by about 2⁻⁵³·M and the errors
@@ -236,8 +245,6 @@ fn main() {
         s.coding,
         rayon::current_num_threads()
     );
-    let cpu = AnyEngine::Streaming(StreamingEngine::new());
-    let (ct, cr) = measure(&cpu, &p, repeats);
     let names = ["forward", "viterbi", "fwd+bwd"];
     let line = |who: &str, t: &[f64; 3]| {
         let parts: Vec<String> = names
@@ -247,7 +254,12 @@ fn main() {
             .collect();
         println!("{who}: {}", parts.join(", "));
     };
-    line("cpu/streaming", &ct);
+    let cpu = (!cuda_only).then(|| {
+        let cpu = AnyEngine::Streaming(StreamingEngine::new());
+        let (ct, cr) = measure(&cpu, &p, repeats);
+        line("cpu/streaming", &ct);
+        (ct, cr)
+    });
     if cpu_only {
         println!("cuda: skipped (--cpu-only)");
         return;
@@ -265,6 +277,9 @@ fn main() {
         let reruns = semicrf_cuda::CudaEngine::reruns();
         let (gt, gr) = measure(&AnyEngine::Cuda(e), &p, repeats);
         line(name, &gt);
+        let Some((ct, cr)) = &cpu else {
+            continue;
+        };
         let ratios: Vec<String> = names
             .iter()
             .zip(ct.iter().zip(&gt))
@@ -275,7 +290,7 @@ fn main() {
             "reruns: {} sequences handed to the log-domain kernels",
             semicrf_cuda::CudaEngine::reruns() - reruns
         );
-        ok &= agree(&cr, &gr, grad_tol);
+        ok &= agree(cr, &gr, grad_tol);
     }
     if !ok {
         std::process::exit(1);
