@@ -9,7 +9,8 @@
 //! ```
 //!
 //! `--cuda-only` times the CUDA engine alone (no ratio, no agreement check): for comparing
-//! the CUDA engine's settings (`SEMICRF_CUDA_*`, docs/configuration.md) in one process each.
+//! the CUDA engine's settings (its environment variables, docs/configuration.md) one process
+//! each.
 //!
 //! `--log-domain` times the CUDA engine's log-domain kernels alone
 //! ([`semicrf_cuda::CudaEngine::log_domain_only`]) as well: by default the log semiring's
