@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p semicrf-bench --features cuda --bin gene_shape -- \
-//!     [--repeats 3] [--cpu-only | --cuda-only] [--log-domain] [T=20000] [K=8192] [C=50] \
+//!     [--repeats 3] [--cpu-only | --cuda-only] [--log-domain] [B=1] [T=20000] [K=8192] [C=50] \
 //!     [CODING=40] [SEED=1]
 //! ```
 //!
@@ -17,7 +17,8 @@
 //! forward and backward run in the linear-domain kernels where the labels allow. The line
 //! `reruns` counts the sequences those handed to the log-domain kernels.
 //!
-//! The problem (`f64`, batch of one, seeded, synthetic) has the structure of a gene model's:
+//! The problem (`f64`, `B` sequences of length `T`, one by default, seeded, synthetic) has the
+//! structure of a gene model's:
 //!
 //! - `CODING` labels (40 of 50 by default) stand for exons of a strand and a reading frame
 //!   (6 kinds: 2 strands × 3 frames). Each kind has its own in-frame stop codons, one every
@@ -45,6 +46,7 @@ use semicrf_cpu::StreamingEngine;
 /// The gene-shaped problem's sizes and seed.
 #[derive(Clone, Copy, Debug)]
 struct GeneShape {
+    b: usize,
     t: usize,
     k: usize,
     c: usize,
@@ -76,14 +78,14 @@ impl Rng {
     }
 }
 
-/// The potentials' arrays: scores `(1, T, C)`, transition, duration `(K, C)`, start, end.
+/// The potentials' arrays: scores `(B, T, C)`, transition, duration `(K, C)`, start, end.
 struct Arrays {
     scores: Array3<f64>,
     transition: Array2<f64>,
     duration: Array2<f64>,
     start: Array1<f64>,
     end: Array1<f64>,
-    lengths: [usize; 1],
+    lengths: Vec<usize>,
 }
 
 impl GeneShape {
@@ -93,17 +95,19 @@ impl GeneShape {
     }
 
     fn arrays(&self) -> Arrays {
-        let (t, k, c) = (self.t, self.k, self.c);
+        let (bn, t, k, c) = (self.b, self.t, self.k, self.c);
         let mut r = Rng(self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-        let mut scores = Array3::from_shape_fn((1, t, c), |_| r.sym());
+        let mut scores = Array3::from_shape_fn((bn, t, c), |_| r.sym());
         // Six kinds of exon (strand × frame), each with its own stops.
-        for kind in 0..6 {
-            let mut p = r.between(0, 40);
-            while p < t {
-                for j in (0..c).filter(|&j| self.is_coding(j) && j % 6 == kind) {
-                    scores[[0, p, j]] = f64::NEG_INFINITY;
+        for b in 0..bn {
+            for kind in 0..6 {
+                let mut p = r.between(0, 40);
+                while p < t {
+                    for j in (0..c).filter(|&j| self.is_coding(j) && j % 6 == kind) {
+                        scores[[b, p, j]] = f64::NEG_INFINITY;
+                    }
+                    p += r.between(20, 60);
                 }
-                p += r.between(20, 60);
             }
         }
         let transition = Array2::from_shape_fn((c, c), |(i, j)| {
@@ -121,7 +125,7 @@ impl GeneShape {
             duration: Array2::from_shape_fn((k, c), |_| r.sym()),
             start: Array1::from_shape_fn(c, |_| r.sym()),
             end: Array1::from_shape_fn(c, |_| r.sym()),
-            lengths: [t],
+            lengths: vec![t; bn],
         }
     }
 }
@@ -143,6 +147,7 @@ fn args() -> (usize, Vec<bool>, GeneShape) {
     let flags = ["--cpu-only", "--log-domain", "--cuda-only"];
     let (repeats, given, rest) = semicrf_bench::timing_args(3, &flags);
     let mut s = GeneShape {
+        b: 1,
         t: 20000,
         k: 8192,
         c: 50,
@@ -155,12 +160,13 @@ fn args() -> (usize, Vec<bool>, GeneShape) {
             .parse()
             .unwrap_or_else(|_| panic!("{key} takes an integer"));
         match key {
+            "B" => s.b = v.max(1),
             "T" => s.t = v,
             "K" => s.k = v,
             "C" => s.c = v,
             "CODING" => s.coding = v,
             "SEED" => s.seed = v as u64,
-            _ => panic!("unknown setting {key} (T, K, C, CODING, SEED)"),
+            _ => panic!("unknown setting {key} (B, T, K, C, CODING, SEED)"),
         }
     }
     assert!(s.coding < s.c, "CODING must be below C");
@@ -181,6 +187,7 @@ struct Results {
 /// Times forward, Viterbi and forward+backward of `e` on `p` (one untimed call of each
 /// first): the three medians in milliseconds and the results.
 fn measure(e: &AnyEngine, p: &Problem<'_, f64>, repeats: usize) -> ([f64; 3], Results) {
+    let upstream = vec![1.0; p.shape().batch];
     let run = |f: &mut dyn FnMut()| {
         f();
         median(&mut time_ms(repeats, f))
@@ -192,9 +199,9 @@ fn measure(e: &AnyEngine, p: &Problem<'_, f64>, repeats: usize) -> ([f64; 3], Re
         e.viterbi(p).expect("viterbi");
     });
     let bwd = run(&mut || {
-        e.backward(p, &[1.0]).expect("backward");
+        e.backward(p, &upstream).expect("backward");
     });
-    let b = e.backward(p, &[1.0]).expect("backward");
+    let b = e.backward(p, &upstream).expect("backward");
     let results = Results {
         log_z: e.forward::<LogSemiring>(p).expect("forward")[0],
         best: e.viterbi(p).expect("viterbi").remove(0),
@@ -234,12 +241,19 @@ fn main() {
     let view = arrays.view(s.k);
     // GUARANTEES.md: each log-space value of size M rounds by about 2⁻⁵³·M and the errors
     // add up like a random walk along the sequence; 2⁻⁴⁵ leaves a factor 256 of margin.
-    let grad_tol = 2f64.powi(-45) * view.magnitudes()[0].bound * (s.t as f64).sqrt();
+    let grad_tol = 2f64.powi(-45)
+        * view
+            .magnitudes()
+            .iter()
+            .map(|m| m.bound)
+            .fold(0.0, f64::max)
+        * (s.t as f64).sqrt();
     let p = Problem::Structured(view);
     let cuts = arrays.scores.iter().filter(|x| x.is_infinite()).count();
     println!(
-        "gene shape (1, {}, {}, {}): {} coding labels, {cuts} -inf scores, {repeats} repeats, \
+        "gene shape ({}, {}, {}, {}): {} coding labels, {cuts} -inf scores, {repeats} repeats, \
          {} CPU threads; gradients' agreement bound {grad_tol:.1e}",
+        s.b,
         s.t,
         s.k,
         s.c,
