@@ -289,6 +289,25 @@ __device__ void pipe_main(const Args& a, const Spread& w, int b, const PipeLay& 
     fwd_result<SR>(a, b, ax + (L & 1) * C);
 }
 
+// A helper's slots q (of P, from s0) whose start has a duration d in D + 1 .. n at a step,
+// where `top` is t mod K less s0: d = top - q for q < top, else top + K - q. Part 0 is the
+// first case, part 1 the second; in each, the slots [lo, hi) and d = off - q. Iterating
+// these alone (not every slot, skipping the others) is what keeps a helper's step short
+// where windows are closed by -inf scores or short longest durations.
+struct FarSlots {
+    int lo, hi, off;
+};
+
+__device__ __forceinline__ FarSlots far_slots(int part, int top, int n, int D, int K, int P) {
+    FarSlots f;
+    f.off = part == 0 ? top : top + K;
+    const int first = part == 0 ? 0 : (top > 0 ? top : 0);
+    const int last = part == 0 ? (top < P ? top : P) : P;  // exclusive
+    f.lo = f.off - n > first ? f.off - n : first;
+    f.hi = f.off - D < last ? f.off - D : last;
+    return f;
+}
+
 // Helper h of nh: the far windows of its ring slots, a round at a time.
 template <int SR>
 __device__ void pipe_helper(const Args& a, const Spread& w, int b, const PipeLay& p, int h) {
@@ -359,24 +378,26 @@ __device__ void pipe_helper(const Args& a, const Spread& w, int b, const PipeLay
                     const double sv = hsc[(t - t0 + D) * C + j];
                     const i64 zj = sv == neg_inf() ? t : z[j];
                     n = t - zj < km[j] ? (int)(t - zj) : km[j];
-                    // Only a window longer than the near depth reaches the helpers.
-                    for (int q = l; n > D && q < p32; q += team) {
-                        int d = top - q;  // the duration of the start in slot s0 + q
-                        if (d <= 0) d += k32;
-                        if (d <= D || d > n) continue;
-                        // A start entering the far window is extended already.
-                        const double x = d == D + 1 ? rj[q] : rj[q] + sv;
-                        rj[q] = x;
-                        acc.max(x + dj[d - 1], d);
+                    // Only the slots of durations D + 1 .. n: a window no longer than the
+                    // near depth never reaches the helpers.
+                    for (int part = 0; part < 2; ++part) {
+                        const FarSlots f = far_slots(part, top, n, (int)D, k32, p32);
+                        for (int q = f.lo + l; q < f.hi; q += team) {
+                            const int d = f.off - q;
+                            // A start entering the far window is extended already.
+                            const double x = d == D + 1 ? rj[q] : rj[q] + sv;
+                            rj[q] = x;
+                            acc.max(x + dj[d - 1], d);
+                        }
                     }
                     zt = zj;
                 }
                 acc.max_reduce(team);
                 if (SR != SR_MAX && j < C) {
-                    for (int q = l; n > D && q < p32; q += team) {
-                        int d = top - q;
-                        if (d <= 0) d += k32;
-                        if (d > D && d <= n) acc.sum(rj[q] + dj[d - 1], 0.0);
+                    for (int part = 0; part < 2; ++part) {
+                        const FarSlots f = far_slots(part, top, n, (int)D, k32, p32);
+                        for (int q = f.lo + l; q < f.hi; q += team)
+                            acc.sum(rj[q] + dj[f.off - q - 1], 0.0);
                     }
                 }
                 acc.sum_reduce(team);
