@@ -93,6 +93,7 @@ pub struct Config {
     device: Device,
     memory_budget: u64,
     parallelism: Parallelism,
+    viterbi_pieces: (usize, usize),
 }
 
 impl Default for Config {
@@ -102,6 +103,7 @@ impl Default for Config {
             device: Device::Cpu,
             memory_budget: DEFAULT_MEMORY_BUDGET,
             parallelism: Parallelism::Rayon,
+            viterbi_pieces: (1, 1 << 20),
         }
     }
 }
@@ -133,6 +135,19 @@ impl Config {
     pub fn parallelism(mut self, parallelism: Parallelism) -> Self {
         self.parallelism = parallelism;
         self
+    }
+    /// Decodes one long sequence's Viterbi segmentation from a potentials source on CUDA in up
+    /// to `pieces` overlapping pieces at once, each starting `overlap` rows before its share
+    /// (default `(1, 2²⁰)`: one sweep); the CPU ignores it. See
+    /// `semicrf_cuda::CudaEngine::viterbi_pieces` for how the pieces are verified to give
+    /// the one sweep's segments.
+    pub fn viterbi_pieces(mut self, pieces: usize, overlap: usize) -> Self {
+        self.viterbi_pieces = (pieces.max(1), overlap.max(1));
+        self
+    }
+    /// The pieces and overlap of [`Config::viterbi_pieces`].
+    pub fn get_viterbi_pieces(&self) -> (usize, usize) {
+        self.viterbi_pieces
     }
     /// The backend.
     pub fn get_backend(&self) -> Backend {

@@ -119,7 +119,9 @@ impl SemiCrf {
         };
         match device {
             Device::Cpu => cpu_source::<F>(c.get_parallelism(), &query, budget),
-            Device::Cuda(ordinal) => cuda_source::<F>(ordinal, &query, budget),
+            Device::Cuda(ordinal) => {
+                cuda_source::<F>(ordinal, c.get_viterbi_pieces(), &query, budget)
+            }
         }
     }
 
@@ -258,11 +260,13 @@ fn cpu_source<F: Scalar>(
 #[cfg(feature = "cuda")]
 fn cuda_source<F: Scalar>(
     ordinal: usize,
+    (pieces, overlap): (usize, usize),
     query: &semicrf_core::Query,
     budget: impl Fn(u64) -> Result<()>,
 ) -> Result<SourceChoice> {
     use semicrf_core::EngineInfo;
-    let engine = semicrf_cuda::CudaEngine::new(semicrf_core::Algorithm::Streaming, ordinal);
+    let engine = semicrf_cuda::CudaEngine::new(semicrf_core::Algorithm::Streaming, ordinal)
+        .viterbi_pieces(pieces, overlap);
     budget(SourceEngine::<F>::memory_required_streamed(&engine, query)?)?;
     engine.check(query)?;
     Ok(SourceChoice::Cuda(engine))
@@ -273,6 +277,7 @@ fn cuda_source<F: Scalar>(
 #[allow(clippy::extra_unused_type_parameters)]
 fn cuda_source<F: Scalar>(
     _ordinal: usize,
+    _pieces: (usize, usize),
     _query: &semicrf_core::Query,
     _budget: impl Fn(u64) -> Result<()>,
 ) -> Result<SourceChoice> {

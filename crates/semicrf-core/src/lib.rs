@@ -123,6 +123,6 @@ pub use sink::{
     GradientArrays, GradientArraysParts, GradientRows, GradientSink, SourceEngine, StreamedBackward,
 };
 pub use source::{
-    PotentialSource, RowCheck, SharedParams, SourceRows, StreamedPotentials,
+    PotentialSource, RowCheck, Scanned, SharedParams, SourceRows, StreamedPotentials,
     StreamedPotentialsBuilder, check_magnitude,
 };

@@ -381,6 +381,17 @@ pub struct RowCheck {
     largest: Option<Largest>,
 }
 
+/// The checks of some rows ([`RowCheck::scan`]), to be absorbed in order.
+#[derive(Clone, Debug)]
+pub struct Scanned {
+    /// The first row scanned and the row after the last (`usize::MAX`: nothing to absorb).
+    start: usize,
+    from: usize,
+    /// The largest `|x|` of each row and tensor, in order.
+    tops: Vec<f64>,
+    largest: Option<Largest>,
+}
+
 impl RowCheck {
     /// The checks of sequence `sequence` with `labels` labels, before any row.
     pub fn new(sequence: usize, labels: usize) -> Self {
@@ -396,19 +407,43 @@ impl RowCheck {
     /// Checks the rows `[t0, t0 + n)` just read (only those past every row seen so far: a
     /// source reads rows in order the first time, as the forward pass does).
     pub fn rows<F: Scalar>(&mut self, t0: usize, rows: &SourceRows<'_, F>) -> Result<()> {
+        let scanned = self.scan(self.seen, t0, rows)?;
+        self.absorb(scanned);
+        Ok(())
+    }
+
+    /// The checks of rows `[t0, t0 + n)` from row `from` on, without this check's state
+    /// (so that chunks read at once are scanned on as many threads, `from` being the rows
+    /// seen before the first of them), for [`RowCheck::absorb`] in order: nothing where
+    /// `from` leaves a gap before `t0`.
+    pub fn scan<F: Scalar>(
+        &self,
+        from: usize,
+        t0: usize,
+        rows: &SourceRows<'_, F>,
+    ) -> Result<Scanned> {
         let c = self.labels;
         let n = rows.scores.len() / c;
-        let from = self.seen.max(t0);
-        if from >= t0 + n || from > self.seen {
+        let start = from.max(t0);
+        let mut out = Scanned {
+            start,
+            from: start,
+            tops: Vec::new(),
+            largest: None,
+        };
+        if start >= t0 + n || start > from {
             // Either nothing new, or a gap: rows past `seen` are counted only in order.
-            return Ok(());
+            out.from = usize::MAX;
+            return Ok(out);
         }
         let tensors: [(&'static str, Option<&[F]>); 3] = [
             ("scores", Some(&*rows.scores)),
             ("begin_boundary", rows.begin_boundary.as_deref()),
             ("end_boundary", rows.end_boundary.as_deref()),
         ];
-        for t in from..t0 + n {
+        out.tops.reserve((t0 + n - start) * 3);
+        let mut top_abs = 0.0f64;
+        for t in start..t0 + n {
             let r = (t - t0) * c;
             for (name, v) in tensors {
                 let Some(v) = v else { continue };
@@ -427,9 +462,10 @@ impl RowCheck {
                         (top, at) = (a, j);
                     }
                 }
-                self.bound += top;
-                if top > self.largest.as_ref().map_or(0.0, |l| l.value.abs()) {
-                    self.largest = Some(Largest {
+                out.tops.push(top);
+                if top > top_abs {
+                    top_abs = top;
+                    out.largest = Some(Largest {
                         tensor: name,
                         index: vec![self.sequence, t, at],
                         value: v[r + at].as_f64(),
@@ -437,8 +473,26 @@ impl RowCheck {
                 }
             }
         }
-        self.seen = t0 + n;
-        Ok(())
+        out.from = t0 + n;
+        Ok(out)
+    }
+
+    /// Takes the rows of a [`RowCheck::scan`] that start at the rows seen so far (scans
+    /// absorbed in the order of their rows give the same bound and largest entry as
+    /// [`RowCheck::rows`] on each in turn; any other is ignored).
+    pub fn absorb(&mut self, scanned: Scanned) {
+        if scanned.from == usize::MAX || scanned.start != self.seen {
+            return;
+        }
+        for top in scanned.tops {
+            self.bound += top;
+        }
+        if let Some(l) = scanned.largest
+            && l.value.abs() > self.largest.as_ref().map_or(0.0, |m| m.value.abs())
+        {
+            self.largest = Some(l);
+        }
+        self.seen = scanned.from;
     }
 
     /// Rows checked so far (`[0, seen)`).
@@ -512,4 +566,114 @@ pub fn check_magnitude(m: &Magnitude, b: usize, len: usize, probabilities: bool)
         range::check_finite_results(ms, &[len])
     };
     r.map_err(|e| renumber(e, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::range::SharedBound;
+
+    /// Chunks scanned a wave at a time and absorbed in order give the magnitude, the rows
+    /// seen and the first error of checking each chunk in turn, rows read again included.
+    #[test]
+    fn scans_absorbed_in_order_are_the_checks_of_the_rows_in_turn() {
+        let c = 3;
+        let value = |t: usize, j: usize, salt: usize| -> f64 {
+            let x = ((t * 31 + j * 7 + salt * 13) % 17) as f64 - 8.0;
+            if x == -8.0 {
+                f64::NEG_INFINITY
+            } else {
+                x * 0.37
+            }
+        };
+        let shared = SharedBound {
+            once: 0.5,
+            per_segment: 0.25,
+            largest: None,
+        };
+        // Chunks (first row, rows) of two pieces of a sequence, each read in order: the second
+        // starts 9 rows before the first one's end.
+        let pieces: [&[(usize, usize)]; 2] =
+            [&[(0, 7), (7, 7), (14, 7), (21, 4)], &[(16, 7), (23, 7)]];
+        let chunks: Vec<(usize, usize)> = pieces.concat();
+        for bad in [None, Some((18, 1)), Some((27, 2))] {
+            let rows_at = |t0: usize, n: usize| {
+                let mut sc = vec![0.0f64; n * c];
+                let mut bb = vec![0.0f64; n * c];
+                for i in 0..n * c {
+                    let (t, j) = (t0 + i / c, i % c);
+                    sc[i] = if bad == Some((t, j)) {
+                        f64::NAN
+                    } else {
+                        value(t, j, 1)
+                    };
+                    bb[i] = value(t, j, 2);
+                }
+                (sc, bb)
+            };
+            // Each row counted once: the largest |x| of each row and tensor, summed in order.
+            let mut tops = 0.0;
+            for t in 0..30 {
+                for salt in [1, 2] {
+                    let top = (0..c)
+                        .map(|j| value(t, j, salt).abs())
+                        .filter(|a| a.is_finite())
+                        .fold(0.0, f64::max);
+                    tops += top;
+                }
+            }
+            let none = RowCheck::new(4, c).magnitude(&shared, 30).bound;
+            let mut one = RowCheck::new(4, c);
+            let mut want_err = None;
+            for &(t0, n) in &chunks {
+                let (mut sc, mut bb) = rows_at(t0, n);
+                if let Err(e) = one.rows(t0, &SourceRows::new(&mut sc, Some(&mut bb), None)) {
+                    want_err = Some(e.to_string());
+                    break;
+                }
+            }
+            if want_err.is_none() {
+                assert_eq!(one.magnitude(&shared, 30).bound, none + tops);
+            } else {
+                let (t, j) = bad.unwrap();
+                assert!(
+                    want_err
+                        .as_deref()
+                        .unwrap()
+                        .contains(&format!("[4, {t}, {j}]"))
+                );
+            }
+            for wave in [1, 2, 3] {
+                let mut many = RowCheck::new(4, c);
+                let mut got_err = None;
+                let waves = pieces.iter().flat_map(|p| p.chunks(wave));
+                'waves: for group in waves {
+                    let seen = many.seen();
+                    let scans: Vec<Result<Scanned>> = group
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &(t0, n))| {
+                            let (mut sc, mut bb) = rows_at(t0, n);
+                            let from = if i == 0 { seen } else { seen.max(t0) };
+                            many.scan(from, t0, &SourceRows::new(&mut sc, Some(&mut bb), None))
+                        })
+                        .collect();
+                    for s in scans {
+                        match s {
+                            Ok(s) => many.absorb(s),
+                            Err(e) => {
+                                got_err = Some(e.to_string());
+                                break 'waves;
+                            }
+                        }
+                    }
+                }
+                assert_eq!(got_err, want_err, "bad {bad:?}, waves of {wave}");
+                if want_err.is_none() {
+                    assert_eq!(many.seen(), 30, "waves of {wave}");
+                    assert_eq!(many.magnitude(&shared, 30), one.magnitude(&shared, 30));
+                }
+            }
+        }
+    }
 }

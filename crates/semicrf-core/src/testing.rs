@@ -11,6 +11,8 @@
 //!   compares every gradient field; [`Worst`] records the worst error a test saw.
 //! - [`alone`] cuts one sequence out of a batch, [`upstream`] and [`positive_upstream`] draw
 //!   per-sequence upstream gradients, [`with_all_inputs`] fills absent inputs with zeros.
+//! - [`Hashed`] is a potentials source computed on the fly ([`hashed`] values), with the same
+//!   values in arrays.
 
 use core::cell::Cell;
 
@@ -18,7 +20,7 @@ use ndarray::{Array, ArrayD, IxDyn};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::{Gradients, OwnedPotentials, Segment};
+use crate::{Gradients, OwnedPotentials, PotentialSource, Result, Segment, SourceRows};
 
 /// The form of the transition tensor a generator draws.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -538,4 +540,69 @@ pub fn total_variation(
         .map(|(_, &k)| k as f64 / n)
         .sum();
     (inside + outside) / 2.0
+}
+
+/// A value in `[-1, 1)` computed from `(b, t, c)` and a salt.
+pub fn hashed(b: usize, t: usize, c: usize, salt: u64) -> f64 {
+    let mut x = (b as u64) << 40 ^ (t as u64) << 8 ^ c as u64 ^ salt.wrapping_mul(0x9e37_79b9);
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^= x >> 33;
+    (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+}
+
+/// A potentials source computed on the fly: the score of `(b, t, c)` is `hashed(b, t, c, 1)`,
+/// its begin boundary `hashed(b, t, c, 2) / 2`.
+#[derive(Clone, Debug)]
+pub struct Hashed {
+    /// `L_b` of every sequence.
+    pub lengths: Vec<usize>,
+    /// `C`.
+    pub c: usize,
+    /// A row whose label 1 scores `+inf`, to test the checks.
+    pub bad: Option<usize>,
+}
+
+impl PotentialSource<f64> for Hashed {
+    fn lengths(&self) -> &[usize] {
+        &self.lengths
+    }
+    fn labels(&self) -> usize {
+        self.c
+    }
+    fn has_begin_boundary(&self) -> bool {
+        true
+    }
+    fn fill(&self, b: usize, t0: usize, rows: SourceRows<'_, f64>) -> Result<()> {
+        let c = self.c;
+        let Some(bb) = rows.begin_boundary else {
+            return Err(crate::Error::Unsupported {
+                backend: "test".into(),
+                what: "rows without the begin boundary".into(),
+            });
+        };
+        for (n, (x, y)) in rows.scores.iter_mut().zip(bb.iter_mut()).enumerate() {
+            let (t, j) = (t0 + n / c, n % c);
+            *x = if self.bad == Some(t) && j == 1 {
+                f64::INFINITY
+            } else {
+                hashed(b, t, j, 1)
+            };
+            *y = 0.5 * hashed(b, t, j, 2);
+        }
+        Ok(())
+    }
+}
+
+impl Hashed {
+    /// The same values in arrays: scores and begin boundary, `(B, T, C)` each.
+    pub fn arrays(&self) -> (ndarray::Array3<f64>, ndarray::Array3<f64>) {
+        let t = self.lengths.iter().copied().max().unwrap_or(0);
+        let shape = (self.lengths.len(), t, self.c);
+        (
+            ndarray::Array3::from_shape_fn(shape, |(b, t, j)| hashed(b, t, j, 1)),
+            ndarray::Array3::from_shape_fn(shape, |(b, t, j)| 0.5 * hashed(b, t, j, 2)),
+        )
+    }
 }

@@ -3,15 +3,15 @@
 //! independently; the checkpointed Viterbi against the Viterbi with backpointers, ties
 //! included; bad rows from a source.
 
-use ndarray::{Array2, Array3, ArrayD, IxDyn};
+use ndarray::{Array2, ArrayD, IxDyn};
 use semicrf_core::reference::{Reference, brute_force};
 use semicrf_core::testing::{
-    GenSpec, Tolerance, TransitionKind, cases, positive_upstream, random_problem,
+    GenSpec, Hashed, Tolerance, TransitionKind, cases, hashed, positive_upstream, random_problem,
 };
 use semicrf_core::{
     Engine, EntropySemiring, Error, GradientArrays, GradientRows, GradientSink, LogSemiring,
     MaxSemiring, OwnedPotentials, PotentialSource, Potentials, Problem, Result, SourceEngine,
-    SourceRows, StreamedPotentials, gold_score,
+    StreamedPotentials, gold_score,
 };
 use semicrf_cpu::{Parallelism, StreamingEngine};
 
@@ -198,61 +198,6 @@ fn the_checkpointed_viterbi_equals_the_viterbi_with_backpointers_and_brute_force
     }
 }
 
-/// A source computed on the fly from `(b, t, c)`, with its own boundaries.
-struct Hashed {
-    lengths: Vec<usize>,
-    c: usize,
-    /// A row that holds `+inf`, to test the checks.
-    bad: Option<usize>,
-}
-
-fn hash(b: usize, t: usize, c: usize, salt: u64) -> f64 {
-    let mut x = (b as u64) << 40 ^ (t as u64) << 8 ^ c as u64 ^ salt.wrapping_mul(0x9e37_79b9);
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^= x >> 33;
-    (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-}
-
-impl PotentialSource<f64> for Hashed {
-    fn lengths(&self) -> &[usize] {
-        &self.lengths
-    }
-    fn labels(&self) -> usize {
-        self.c
-    }
-    fn has_begin_boundary(&self) -> bool {
-        true
-    }
-    fn fill(&self, b: usize, t0: usize, rows: SourceRows<'_, f64>) -> Result<()> {
-        let c = self.c;
-        let bb = rows.begin_boundary.expect("asked");
-        for (n, (x, y)) in rows.scores.iter_mut().zip(bb.iter_mut()).enumerate() {
-            let (t, j) = (t0 + n / c, n % c);
-            *x = if self.bad == Some(t) && j == 1 {
-                f64::INFINITY
-            } else {
-                hash(b, t, j, 1)
-            };
-            *y = 0.5 * hash(b, t, j, 2);
-        }
-        Ok(())
-    }
-}
-
-impl Hashed {
-    /// The same values in arrays.
-    fn arrays(&self) -> (Array3<f64>, Array3<f64>) {
-        let t = self.lengths.iter().copied().max().unwrap();
-        let shape = (self.lengths.len(), t, self.c);
-        (
-            Array3::from_shape_fn(shape, |(b, t, j)| hash(b, t, j, 1)),
-            Array3::from_shape_fn(shape, |(b, t, j)| 0.5 * hash(b, t, j, 2)),
-        )
-    }
-}
-
 #[test]
 fn a_computed_source_matches_its_values_in_arrays_and_the_oracle() {
     let src = Hashed {
@@ -261,7 +206,7 @@ fn a_computed_source_matches_its_values_in_arrays_and_the_oracle() {
         bad: None,
     };
     let (scores, bb) = src.arrays();
-    let tr = Array2::from_shape_fn((3, 3), |(i, j)| hash(9, i, j, 3));
+    let tr = Array2::from_shape_fn((3, 3), |(i, j)| hashed(9, i, j, 3));
     let k = 5;
     let p = Potentials::builder(scores.view(), &src.lengths, k)
         .begin_boundary(bb.view())

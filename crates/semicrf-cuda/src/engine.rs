@@ -13,6 +13,7 @@ use crate::kernel::{SemiringId, What};
 use crate::logdomain::spread;
 use crate::outputs::{DeviceOutputs, HostBackward};
 use crate::resident::{DeviceBackward, DevicePotentials, DevicePotentialsBuilder};
+use crate::streamed::SplitReport;
 use crate::streaming::{self, BackwardResults};
 use crate::tuning::tuning;
 
@@ -28,7 +29,13 @@ pub struct CudaEngine {
     ordinal: usize,
     linear: bool,
     chunk_rows: Option<usize>,
+    pieces: usize,
+    piece_overlap: usize,
 }
+
+/// The rows each piece of [`CudaEngine::viterbi_pieces`] starts before its share of the
+/// sequence, by default: 2²⁰ (a million positions).
+pub const DEFAULT_PIECE_OVERLAP: usize = 1 << 20;
 
 impl CudaEngine {
     /// The engine of `algorithm` on CUDA device `ordinal`.
@@ -38,7 +45,44 @@ impl CudaEngine {
             ordinal,
             linear: true,
             chunk_rows: None,
+            pieces: 1,
+            piece_overlap: DEFAULT_PIECE_OVERLAP,
         }
+    }
+
+    /// Decodes the Viterbi segmentation of one long sequence (a streamed problem of one
+    /// sequence, static transition: [`SourceEngine::viterbi_streamed`]) as up to `pieces`
+    /// overlapping pieces at once instead of one sweep: each starts `overlap` rows before
+    /// its share of the sequence, they run as one batch, and each is used only from where its
+    /// forward values are verified parallel to the piece before it (equal up to one constant
+    /// over `K` consecutive rows, within the accuracy GUARANTEES.md gives scores), from where
+    /// its backpointers are those of one sweep. A piece not verified within its overlap is
+    /// run again with twice the overlap, down to the sequence's start. The segments are the
+    /// one sweep's up to ties within that accuracy, the score within it; see
+    /// `docs/cuda.md` ("One long sequence in pieces").
+    ///
+    /// One sweep keeps one thread block (and its helpers) busy per step; pieces fill more of
+    /// the device. Default 1 (one sweep). A sequence shorter than two overlaps, a batch of
+    /// several sequences and every other operation run as before; so does a split whose
+    /// pieces would not fit in the device's free memory.
+    ///
+    /// [`SourceEngine::viterbi_streamed`]: semicrf_core::SourceEngine::viterbi_streamed
+    pub fn viterbi_pieces(mut self, pieces: usize, overlap: usize) -> Self {
+        self.pieces = pieces.max(1);
+        self.piece_overlap = overlap.max(1);
+        self
+    }
+
+    /// How the last split decoding ([`CudaEngine::viterbi_pieces`]) on the calling thread
+    /// went: its attempts, where each piece met the one before, and where the time went.
+    /// Taken: `None` after it, and where no decoding on this thread was split since.
+    pub fn take_last_split() -> Option<SplitReport> {
+        crate::streamed::take_last_split()
+    }
+
+    /// The pieces and overlap of [`CudaEngine::viterbi_pieces`].
+    pub fn get_viterbi_pieces(&self) -> (usize, usize) {
+        (self.pieces, self.piece_overlap)
     }
 
     /// Sets the rows asked of a [`PotentialSource`](semicrf_core::PotentialSource) at a

@@ -232,12 +232,13 @@ mod tuning;
 
 pub use cudarc;
 pub use device::MemoryUse;
-pub use engine::CudaEngine;
+pub use engine::{CudaEngine, DEFAULT_PIECE_OVERLAP};
 pub use kbest::KBEST_MAX_K;
 pub use outputs::{DeviceArrayMut, DeviceOutputs, HostBackward};
 pub use resident::{DeviceArray, DeviceBackward, DevicePotentials, DevicePotentialsBuilder, Dtype};
 #[cfg(doc)]
 use semicrf_core::{Algorithm, Engine, EngineInfo, Error, Sampler, SourceEngine};
+pub use streamed::SplitReport;
 
 #[cfg(test)]
 mod layering;

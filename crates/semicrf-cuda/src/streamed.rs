@@ -10,6 +10,11 @@
 //! the device holds the whole position tensors, in the caller's precision, as for
 //! [`Engine`](semicrf_core::Engine) calls.
 
+mod pieces;
+
+pub use pieces::SplitReport;
+pub(crate) use pieces::take_last_split;
+
 use std::cell::RefCell;
 
 use bytemuck::Pod;
@@ -18,7 +23,7 @@ use rayon::prelude::*;
 use semicrf_core::range::{self, Magnitude};
 use semicrf_core::{
     Decoded, EngineInfo, Error, Form, GradientRows, GradientSink, Gradients, PotentialSource,
-    Query, Result, RowCheck, Scalar, Semiring, SourceEngine, SourceRows, StreamedBackward,
+    Query, Result, RowCheck, Scalar, Scanned, Semiring, SourceEngine, SourceRows, StreamedBackward,
     StreamedPotentials, decode_best,
 };
 
@@ -31,17 +36,17 @@ use crate::transfer::rows::{HALF, RowDownload, RowUpload};
 use crate::transfer::upload::Input;
 
 /// A streamed problem's position tensors on the device, with what the host saw of them.
-struct Uploaded {
-    model: Model,
+pub(crate) struct Uploaded {
+    pub(crate) model: Model,
     /// Scores, then the boundaries the source gives, `(B, T, C)` each (zeros past each
     /// length).
     input: Input,
-    magnitudes: Vec<Magnitude>,
+    pub(crate) magnitudes: Vec<Magnitude>,
 }
 
 impl Uploaded {
     /// Where the kernels read the position tensors.
-    fn source(&self, gpu: &Gpu) -> Source<'static, 'static, f64> {
+    pub(crate) fn source(&self, gpu: &Gpu) -> Source<'static, 'static, f64> {
         let sh = self.model.shape;
         let n = sh.batch * sh.len * sh.labels;
         let (base, e) = (self.input.ptr(gpu), self.input.elem());
@@ -59,25 +64,52 @@ impl Uploaded {
     }
 }
 
+/// Which rows of a source each sequence on the device holds: `(sequence, first row, rows)`,
+/// in order (a sequence's pieces by their first row).
+pub(crate) type Layout = [(usize, usize, usize)];
+
 /// The rows of `p`'s source on the device, `rows` at a time, each checked as it is read
 /// ([`RowCheck`]): in `f32` for `f32` input, else in `f64` (as [`Engine`] calls store them).
+/// The device's sequences are those of `layout` (`None`: the source's own), each with the
+/// magnitude of the source sequence it is cut from.
 ///
 /// [`Engine`]: semicrf_core::Engine
-fn upload<F: Scalar, P: PotentialSource<F> + ?Sized>(
+pub(crate) fn upload<F: Scalar, P: PotentialSource<F> + ?Sized>(
     gpu: &Gpu,
     backend: &str,
     p: &StreamedPotentials<'_, F, P>,
     rows: usize,
+    layout: Option<&Layout>,
 ) -> Result<Uploaded> {
-    let sh = p.shape();
+    let own: Vec<(usize, usize, usize)>;
+    let layout = match layout {
+        Some(l) => l,
+        None => {
+            own = p
+                .lengths()
+                .iter()
+                .enumerate()
+                .map(|(b, &l)| (b, 0, l))
+                .collect();
+            &own
+        }
+    };
+    let lengths: Vec<usize> = layout.iter().map(|&(_, _, n)| n).collect();
+    let sh = semicrf_core::Shape {
+        batch: layout.len(),
+        len: lengths.iter().copied().max().unwrap_or(0),
+        ..p.shape()
+    };
     let src = p.source();
     let (has_bb, has_eb) = (src.has_begin_boundary(), src.has_end_boundary());
-    let model = Model::of_shared(p.shared(), sh, p.lengths().to_vec(), has_bb, has_eb);
+    let model = Model::of_shared(p.shared(), sh, lengths, has_bb, has_eb);
     let (input, magnitudes) = if F::BYTES == 4 {
-        let (d, m) = upload_as(gpu, backend, p, rows, |x: F| x.as_f64() as f32)?;
+        let (d, m) = upload_as(gpu, backend, p, (sh, layout), rows, |x: F| {
+            x.as_f64() as f32
+        })?;
         (Input::F32(d), m)
     } else {
-        let (d, m) = upload_as(gpu, backend, p, rows, |x: F| x.as_f64())?;
+        let (d, m) = upload_as(gpu, backend, p, (sh, layout), rows, |x: F| x.as_f64())?;
         (Input::F64(d), m)
     };
     Ok(Uploaded {
@@ -87,21 +119,22 @@ fn upload<F: Scalar, P: PotentialSource<F> + ?Sized>(
     })
 }
 
-/// [`upload`] into a device array of `T`, each value converted by `to`.
+/// [`upload`] into a device array of `T`, each value converted by `to`, for the device's
+/// shape and layout.
 fn upload_as<F, P, T>(
     gpu: &Gpu,
     backend: &str,
     p: &StreamedPotentials<'_, F, P>,
+    (sh, layout): (semicrf_core::Shape, &Layout),
     rows: usize,
-    to: impl Fn(F) -> T + Copy,
+    to: impl Fn(F) -> T + Copy + Sync,
 ) -> Result<(CudaSlice<T>, Vec<Magnitude>)>
 where
     F: Scalar,
     P: PotentialSource<F> + ?Sized,
-    T: Pod + DeviceRepr + ValidAsZeroBits,
+    T: Pod + DeviceRepr + ValidAsZeroBits + Send,
 {
     let err = |e| driver(backend, e);
-    let sh = p.shape();
     let (bn, t, c) = (sh.batch, sh.len, sh.labels);
     let src = p.source();
     let n = bn * t * c;
@@ -124,24 +157,43 @@ where
         .collect();
     let eb_at = n * (1 + usize::from(src.has_begin_boundary()));
     let mut up = RowUpload::new(gpu).map_err(err)?;
-    let mut magnitudes = Vec::with_capacity(bn);
-    for (b, &len) in p.lengths().iter().enumerate() {
-        let mut check = RowCheck::new(b, c);
+    let mut magnitudes: Vec<Magnitude> = Vec::with_capacity(bn);
+    // The checks of the source sequence being read, and the device sequences cut from it.
+    let mut check: Option<(usize, RowCheck, usize)> = None;
+    let done_with = |check: Option<(usize, RowCheck, usize)>, magnitudes: &mut Vec<_>| {
+        if let Some((seq, chk, cut)) = check {
+            let m = chk.magnitude(p.shared_bound(), p.lengths()[seq]);
+            magnitudes.extend(std::iter::repeat_n(m, cut));
+        }
+    };
+    for (b, &(seq, lo, len)) in layout.iter().enumerate() {
+        if check.as_ref().is_none_or(|(s, _, _)| *s != seq) {
+            done_with(check.take(), &mut magnitudes);
+            check = Some((seq, RowCheck::new(seq, c), 0));
+        }
+        let (_, chk, cut) = check.as_mut().expect("the checks of this sequence");
+        *cut += 1;
         let starts: Vec<usize> = (0..len).step_by(rho).collect();
         for group in starts.chunks(wave) {
-            let filled: Vec<Result<()>> = bufs[..group.len()]
+            // Filled and checked on the pool's threads (each chunk from the rows seen before
+            // the wave, or its own first row: the chunks of a wave follow one another).
+            let seen = chk.seen();
+            let scanner = &*chk;
+            let filled: Vec<Result<Scanned>> = bufs[..group.len()]
                 .par_iter_mut()
                 .zip(group)
-                .map(|((sc, bb, eb), &t0)| {
+                .enumerate()
+                .map(|(i, ((sc, bb, eb), &t0))| {
                     let m = rho.min(len - t0) * c;
-                    src.fill(b, t0, rows_of(sc, bb, eb, m))
+                    src.fill(seq, lo + t0, rows_of(sc, bb, eb, m))?;
+                    let from = if i == 0 { seen } else { seen.max(lo + t0) };
+                    scanner.scan(from, lo + t0, &rows_of(sc, bb, eb, m))
                 })
                 .collect();
             // In order: the first failure is the first chunk's that failed.
             for (((sc, bb, eb), &t0), done) in bufs.iter_mut().zip(group).zip(filled) {
-                done?;
+                chk.absorb(done?);
                 let m = rho.min(len - t0) * c;
-                check.rows(t0, &rows_of(sc, bb, eb, m))?;
                 let at = (b * t + t0) * c;
                 up.put(&sc[..m], to, &mut dst, at).map_err(err)?;
                 if let Some(v) = bb {
@@ -152,8 +204,8 @@ where
                 }
             }
         }
-        magnitudes.push(check.magnitude(p.shared_bound(), len));
     }
+    done_with(check, &mut magnitudes);
     up.finish().map_err(err)?;
     Ok((dst, magnitudes))
 }
@@ -254,37 +306,82 @@ fn viterbi(
 ) -> Result<Vec<Decoded>> {
     let _guard = gpu.lock.lock().unwrap_or_else(|e| e.into_inner());
     let call = StreamCall::new(gpu, backend, model, src, &[], None)?;
-    let sh = model.shape;
-    let (t, c) = (sh.len, sh.labels);
-    let n = sh.batch * (t + 1) * c;
-    let bpd = call.zeros::<i32>(n)?;
-    let bpi = call.zeros::<i32>(n)?;
-    let last = call.zeros::<f64>(sh.batch * c)?;
-    call.log_forward(SemiringId::Max, None, None, |a| {
-        a.bpd = call.ptr(&bpd);
-        a.bpi = call.ptr(&bpi);
-        a.last = call.ptr(&last);
-    })?;
-    gpu.mark();
-    let last = call.back(&last)?;
-    let stride = (t + 1) * c;
-    (0..sh.batch)
+    let f = MaxForward::run(&call, false)?;
+    let last = call.back(&f.last)?;
+    let (t, c) = (model.shape.len, model.shape.labels);
+    (0..model.shape.batch)
         .map(|b| {
-            let fetch = |lo: usize, hi: usize| {
-                let r = b * stride + lo * c..b * stride + hi * c;
-                Ok((call.back(&bpd.slice(r.clone()))?, call.back(&bpi.slice(r))?))
-            };
+            let fetch = |lo: usize, hi: usize| f.rows(&call, b, lo, hi);
+            let rows = trace_rows(rows, c);
             let finals = |j: usize| last[b * c + j] + model.en[j];
             trace_in_blocks(model.lengths[b], t, c, model.dd, rows, finals, fetch)
         })
         .collect()
 }
 
+/// Rows of backpointers a traceback reads at a time: at least `rows`, and 16 MiB of them
+/// (`c` labels) so that few copies move them.
+pub(crate) fn trace_rows(rows: usize, c: usize) -> usize {
+    rows.max((16 << 20) / (8 * c.max(1)))
+}
+
+/// The device buffers of a max-semiring forward: backpointers `(B, T + 1, C)` (durations,
+/// labels), the last `α` of each sequence, and, where asked, every `u` `(B, T + 1, C)`.
+pub(crate) struct MaxForward {
+    pub(crate) bpd: CudaSlice<i32>,
+    pub(crate) bpi: CudaSlice<i32>,
+    pub(crate) last: CudaSlice<f64>,
+    pub(crate) u: Option<CudaSlice<f64>>,
+}
+
+impl MaxForward {
+    /// The max-semiring forward of `call`'s sequences (their `u` too where `save_u`).
+    pub(crate) fn run(call: &StreamCall<'_>, save_u: bool) -> Result<MaxForward> {
+        let sh = call.shape;
+        let n = sh.batch * (sh.len + 1) * sh.labels;
+        let f = MaxForward {
+            bpd: call.zeros::<i32>(n)?,
+            bpi: call.zeros::<i32>(n)?,
+            last: call.zeros::<f64>(sh.batch * sh.labels)?,
+            u: if save_u {
+                Some(call.zeros::<f64>(n)?)
+            } else {
+                None
+            },
+        };
+        call.log_forward(SemiringId::Max, None, None, |a| {
+            a.bpd = call.ptr(&f.bpd);
+            a.bpi = call.ptr(&f.bpi);
+            a.last = call.ptr(&f.last);
+            a.u = call.opt(&f.u);
+        })?;
+        call.gpu.mark();
+        Ok(f)
+    }
+
+    /// Rows `[lo, hi)` of sequence `b`'s backpointers on the host: durations, labels.
+    pub(crate) fn rows(
+        &self,
+        call: &StreamCall<'_>,
+        b: usize,
+        lo: usize,
+        hi: usize,
+    ) -> Result<(Vec<i32>, Vec<i32>)> {
+        let c = call.shape.labels;
+        let at = b * (call.shape.len + 1) * c;
+        let r = at + lo * c..at + hi * c;
+        Ok((
+            call.back_all_of(&self.bpd.slice(r.clone()))?,
+            call.back_all_of(&self.bpi.slice(r))?,
+        ))
+    }
+}
+
 /// [`decode_best`] of one sequence of length `len` whose backpointers, `(T + 1, C)` durations
 /// and labels (`dd`: the previous label; else the label read at the segment's start, as
 /// the max kernels write them), are read `rows` rows at a time by `fetch(lo, hi)` (rows
 /// `[lo, hi)`), as the traceback reaches them.
-fn trace_in_blocks(
+pub(crate) fn trace_in_blocks(
     len: usize,
     t: usize,
     c: usize,
@@ -335,6 +432,31 @@ fn trace_in_blocks(
 }
 
 impl CudaEngine {
+    /// The pieces `problem`'s Viterbi runs in ([`CudaEngine::viterbi_pieces`]), where it is
+    /// split: one sequence, a static transition, long enough, and room on the device.
+    fn pieces_of<F: Scalar, P: PotentialSource<F> + ?Sized>(
+        &self,
+        problem: &StreamedPotentials<'_, F, P>,
+    ) -> Result<Option<usize>> {
+        let (asked, overlap) = self.get_viterbi_pieces();
+        let [len] = problem.lengths() else {
+            return Ok(None);
+        };
+        let sh = problem.shape();
+        let overlap = overlap.max(4 * sh.max_duration);
+        let n = pieces::count(*len, asked, overlap);
+        if n < 2 || problem.shared().has_duration_dependent_transition() || self.edge_form() {
+            return Ok(None);
+        }
+        let src = problem.source();
+        let tensors =
+            1 + usize::from(src.has_begin_boundary()) + usize::from(src.has_end_boundary());
+        let ranges = pieces::ranges(*len, &vec![overlap; n]);
+        let need = pieces::device_bytes(&ranges, sh.labels, tensors, F::BYTES.min(8) as usize);
+        let (free, _) = self.memory_info()?;
+        Ok((need < free / 10 * 9).then_some(n))
+    }
+
     /// The device of a call on a streamed problem, and its position tensors there.
     fn streamed<F: Scalar, P: PotentialSource<F> + ?Sized>(
         &self,
@@ -348,7 +470,7 @@ impl CudaEngine {
         }
         let gpu = self.gpu()?;
         let rows = self.rows_per_chunk(p.shape().labels);
-        let up = upload(&gpu, &self.backend(), p, rows)?;
+        let up = upload(&gpu, &self.backend(), p, rows, None)?;
         range::check_finite_results(&up.magnitudes, &up.model.lengths)?;
         Ok((gpu, up))
     }
@@ -414,6 +536,10 @@ impl<F: Scalar> SourceEngine<F> for CudaEngine {
         &self,
         problem: &StreamedPotentials<'_, F, P>,
     ) -> Result<Vec<Decoded>> {
+        if let Some(n) = self.pieces_of(problem)? {
+            let overlap = self.get_viterbi_pieces().1;
+            return Ok(vec![pieces::viterbi(self, problem, n, overlap)?]);
+        }
         let (gpu, up) = self.streamed(problem)?;
         let rows = self.rows_per_chunk(problem.shape().labels);
         viterbi(&gpu, &self.backend(), &up.model, up.source(&gpu), rows)

@@ -7,12 +7,12 @@
 use ndarray::{Array2, Array3};
 use semicrf_core::reference::Reference;
 use semicrf_core::testing::{
-    GenSpec, Tolerance, TransitionKind, positive_upstream, random_problem,
+    GenSpec, Hashed, Tolerance, TransitionKind, hashed, positive_upstream, random_problem,
 };
 use semicrf_core::{
     Algorithm, Engine, EngineInfo, EntropySemiring, Error, Form, GradientArrays, GradientRows,
-    GradientSink, LogSemiring, MaxSemiring, Op, OwnedPotentials, PotentialSource, Potentials,
-    Problem, Query, Result, Scalar, Shape, SourceEngine, SourceRows, StreamedPotentials,
+    GradientSink, LogSemiring, MaxSemiring, Op, OwnedPotentials, Potentials, Problem, Query,
+    Result, Scalar, Shape, SourceEngine, StreamedPotentials,
 };
 use semicrf_cuda::CudaEngine;
 
@@ -138,54 +138,6 @@ fn a_source_on_the_gpu_matches_the_reference_oracle() {
     }
 }
 
-/// A source computed on the fly from `(b, t, c)`, with its own begin boundary.
-struct Hashed {
-    lengths: Vec<usize>,
-    c: usize,
-    /// A row that holds `+inf`, to test the checks.
-    bad: Option<usize>,
-}
-
-fn hash(b: usize, t: usize, c: usize, salt: u64) -> f64 {
-    let mut x = (b as u64) << 40 ^ (t as u64) << 8 ^ c as u64 ^ salt.wrapping_mul(0x9e37_79b9);
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^= x >> 33;
-    (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-}
-
-impl PotentialSource<f64> for Hashed {
-    fn lengths(&self) -> &[usize] {
-        &self.lengths
-    }
-    fn labels(&self) -> usize {
-        self.c
-    }
-    fn has_begin_boundary(&self) -> bool {
-        true
-    }
-    fn fill(&self, b: usize, t0: usize, rows: SourceRows<'_, f64>) -> Result<()> {
-        let c = self.c;
-        let Some(bb) = rows.begin_boundary else {
-            return Err(Error::Unsupported {
-                backend: "test".into(),
-                what: "rows without the begin boundary".into(),
-            });
-        };
-        for (n, (x, y)) in rows.scores.iter_mut().zip(bb.iter_mut()).enumerate() {
-            let (t, j) = (t0 + n / c, n % c);
-            *x = if self.bad == Some(t) && j == 1 {
-                f64::INFINITY
-            } else {
-                hash(b, t, j, 1)
-            };
-            *y = 0.5 * hash(b, t, j, 2);
-        }
-        Ok(())
-    }
-}
-
 #[test]
 fn a_computed_source_on_the_gpu_matches_its_values_in_arrays_and_the_oracle() {
     let Some(cuda) = gpu() else { return };
@@ -195,9 +147,9 @@ fn a_computed_source_on_the_gpu_matches_its_values_in_arrays_and_the_oracle() {
         bad: None,
     };
     let t = 30;
-    let scores = Array3::from_shape_fn((3, t, 3), |(b, t, j)| hash(b, t, j, 1));
-    let bb = Array3::from_shape_fn((3, t, 3), |(b, t, j)| 0.5 * hash(b, t, j, 2));
-    let tr = Array2::from_shape_fn((3, 3), |(i, j)| hash(9, i, j, 3));
+    let scores = Array3::from_shape_fn((3, t, 3), |(b, t, j)| hashed(b, t, j, 1));
+    let bb = Array3::from_shape_fn((3, t, 3), |(b, t, j)| 0.5 * hashed(b, t, j, 2));
+    let tr = Array2::from_shape_fn((3, 3), |(i, j)| hashed(9, i, j, 3));
     let k = 5;
     let p = Potentials::builder(scores.view(), &src.lengths, k)
         .begin_boundary(bb.view())

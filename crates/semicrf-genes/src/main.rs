@@ -90,6 +90,13 @@ enum Command {
         /// instead of Viterbi; from the whole potentials (memory `O(T·C)`).
         #[arg(long)]
         posterior: bool,
+        /// With `--device cuda`: decode each long sequence in up to this many overlapping
+        /// pieces at once, each verified to give the one sweep's genes (1: one sweep).
+        #[arg(long, default_value_t = predict::GPU_PIECES)]
+        gpu_pieces: usize,
+        /// With `--device cuda`: the bases each piece starts before its share.
+        #[arg(long, default_value_t = predict::GPU_PIECE_OVERLAP)]
+        gpu_piece_overlap: usize,
     },
     /// Score predictions (GFF3) against annotated genes (GenBank).
     Eval {
@@ -264,6 +271,8 @@ fn run(cli: Cli) -> Result<(), Error> {
             device,
             materialised,
             posterior,
+            gpu_pieces,
+            gpu_piece_overlap,
         } => {
             let m = match model {
                 Some(path) => modelfile::load(&path)?,
@@ -276,6 +285,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 device,
                 materialised,
                 posterior,
+                gpu_pieces: (gpu_pieces, gpu_piece_overlap),
                 ..PredictConfig::default()
             };
             let predicted = predict::predict(&m, &records, &cfg)?;

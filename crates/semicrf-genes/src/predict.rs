@@ -35,7 +35,22 @@ pub struct PredictConfig {
     /// traceback then recomputes nothing: memory traded for time, within the memory of
     /// [`PredictConfig::memory_budget`]. The genes are the same for any value.
     pub kept_backpointers: usize,
+    /// With a CUDA device: how many overlapping pieces a long sequence is decoded in at once,
+    /// and the bases each starts before its share
+    /// ([`Config::viterbi_pieces`]: each piece is verified to give the genes of one sweep,
+    /// up to ties within rounding).
+    pub gpu_pieces: (usize, usize),
 }
+
+/// The pieces a long sequence is decoded in on a GPU by default: as many as the pipelined
+/// kernels of a 50-label, 8192-duration model fit on an H100 at once
+/// (docs/genes-chr2R.md).
+pub const GPU_PIECES: usize = 6;
+
+/// The bases each piece starts before its share by default: more than the longest stretch
+/// seen on chr2R over which the best gene structure still depended on where decoding began
+/// (about 340 kb).
+pub const GPU_PIECE_OVERLAP: usize = 1 << 19;
 
 impl Default for PredictConfig {
     fn default() -> Self {
@@ -46,6 +61,7 @@ impl Default for PredictConfig {
             materialised: false,
             posterior: false,
             kept_backpointers: 128 << 20,
+            gpu_pieces: (GPU_PIECES, GPU_PIECE_OVERLAP),
         }
     }
 }
@@ -64,7 +80,8 @@ fn engine(cfg: &PredictConfig, parallel: bool) -> SemiCrf {
             .backend(Backend::Streaming)
             .device(cfg.device)
             .parallelism(parallelism)
-            .memory_budget(cfg.memory_budget),
+            .memory_budget(cfg.memory_budget)
+            .viterbi_pieces(cfg.gpu_pieces.0, cfg.gpu_pieces.1),
     )
 }
 
@@ -113,7 +130,11 @@ fn decode(
                 .end(shared.end.view())
                 .build()?;
             if cfg.device != Device::Cpu {
-                return Ok(crf.viterbi_streamed(&problem)?);
+                let best = crf.viterbi_streamed(&problem)?;
+                if cfg.progress {
+                    report_split(seq.len());
+                }
+                return Ok(best);
             }
             // The CPU engine itself, to keep the last backpointers.
             let e = semicrf_cpu::StreamingEngine::new()
@@ -165,6 +186,34 @@ fn decode(
         ));
     }
     Ok(genes_of(&best[0].segments))
+}
+
+/// A line on standard error about a sequence of length `len` decoded in pieces on the GPU
+/// ([`PredictConfig::gpu_pieces`]), if it was.
+fn report_split(len: usize) {
+    #[cfg(feature = "cuda")]
+    if let Some(r) = semicrf::cuda::CudaEngine::take_last_split()
+        && r.len == len
+    {
+        let joined = r
+            .pieces
+            .iter()
+            .map(|&(lo, _, x)| x.saturating_sub(lo))
+            .max();
+        eprintln!(
+            "{:.2} Mb decoded in {} pieces at once on the GPU ({} attempt{}; each piece joined              the one before within {:.0} kb of its start); potentials {:.1} s, sweeps {:.1} s,              checks and traceback {:.1} s",
+            len as f64 / 1e6,
+            r.pieces.len(),
+            r.attempts,
+            if r.attempts == 1 { "" } else { "s" },
+            joined.unwrap_or(0) as f64 / 1e3,
+            r.upload.as_secs_f64(),
+            r.sweep.as_secs_f64(),
+            r.check.as_secs_f64()
+        );
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = len;
 }
 
 /// The predicted genes of every record, in order, decoded in parallel.

@@ -7,6 +7,7 @@ use std::sync::MutexGuard;
 
 use bytemuck::Pod;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaView, DeviceRepr, DriverError, PinnedHostSlice};
+use rayon::prelude::*;
 
 use crate::device::Gpu;
 use crate::tuning::STAGE_BYTES;
@@ -48,10 +49,10 @@ impl<'g> RowUpload<'g> {
 
     /// `src`, each element converted by `to`, into `dst` from element `at` on: through the
     /// buffer, the copies enqueued on the stream.
-    pub(crate) fn put<F: Copy, T: Pod + DeviceRepr>(
+    pub(crate) fn put<F: Copy + Sync, T: Pod + DeviceRepr + Send>(
         &mut self,
         src: &[F],
-        to: impl Fn(F) -> T,
+        to: impl Fn(F) -> T + Sync,
         dst: &mut CudaSlice<T>,
         at: usize,
     ) -> Result<(), DriverError> {
@@ -65,9 +66,14 @@ impl<'g> RowUpload<'g> {
             let from = self.half * HALF + self.used;
             let buf = self.gpu.stage_buffer(&mut self.buf)?;
             let slot: &mut [T] = bytemuck::cast_slice_mut(&mut buf[from..from + n * size]);
-            for (o, &x) in slot.iter_mut().zip(&src[..n]) {
-                *o = to(x);
-            }
+            // Converted on the rayon pool's threads (8 Ki elements each).
+            slot.par_chunks_mut(1 << 13)
+                .zip(src[..n].par_chunks(1 << 13))
+                .for_each(|(o, x)| {
+                    for (o, &x) in o.iter_mut().zip(x) {
+                        *o = to(x);
+                    }
+                });
             let mut part = dst.slice_mut(at..at + n);
             self.gpu.stream.memcpy_htod(&*slot, &mut part)?;
             self.used += room(n * size);
