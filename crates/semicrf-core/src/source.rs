@@ -407,42 +407,59 @@ impl RowCheck {
     /// Checks the rows `[t0, t0 + n)` just read (only those past every row seen so far: a
     /// source reads rows in order the first time, as the forward pass does).
     pub fn rows<F: Scalar>(&mut self, t0: usize, rows: &SourceRows<'_, F>) -> Result<()> {
-        let scanned = self.scan(self.seen, t0, rows)?;
-        self.absorb(scanned);
+        let mut bound = self.bound;
+        let (start, end, largest) = self.checks(self.seen, t0, rows, &mut |top| bound += top)?;
+        if start != usize::MAX {
+            self.bound = bound;
+            self.take_largest(largest);
+            self.seen = end;
+        }
         Ok(())
     }
 
     /// The checks of rows `[t0, t0 + n)` from row `from` on, without this check's state
     /// (so that chunks read at once are scanned on as many threads, `from` being the rows
-    /// seen before the first of them), for [`RowCheck::absorb`] in order: nothing where
-    /// `from` leaves a gap before `t0`.
+    /// seen before the first of them, or the chunk's own first row for the next ones), for
+    /// [`RowCheck::absorb`] in order: nothing where `from` leaves a gap before `t0`.
     pub fn scan<F: Scalar>(
         &self,
         from: usize,
         t0: usize,
         rows: &SourceRows<'_, F>,
     ) -> Result<Scanned> {
+        let mut tops = Vec::new();
+        let (start, from, largest) = self.checks(from, t0, rows, &mut |top| tops.push(top))?;
+        Ok(Scanned {
+            start,
+            from,
+            tops,
+            largest,
+        })
+    }
+
+    /// The checks of rows `[t0, t0 + n)` from row `from` on: each row and tensor's largest
+    /// `|x|` to `top` in order, then the first and after-last rows checked
+    /// (`usize::MAX` for none: nothing new, or a gap) and the largest entry.
+    fn checks<F: Scalar>(
+        &self,
+        from: usize,
+        t0: usize,
+        rows: &SourceRows<'_, F>,
+        top_of: &mut dyn FnMut(f64),
+    ) -> Result<(usize, usize, Option<Largest>)> {
         let c = self.labels;
         let n = rows.scores.len() / c;
         let start = from.max(t0);
-        let mut out = Scanned {
-            start,
-            from: start,
-            tops: Vec::new(),
-            largest: None,
-        };
         if start >= t0 + n || start > from {
             // Either nothing new, or a gap: rows past `seen` are counted only in order.
-            out.from = usize::MAX;
-            return Ok(out);
+            return Ok((usize::MAX, usize::MAX, None));
         }
         let tensors: [(&'static str, Option<&[F]>); 3] = [
             ("scores", Some(&*rows.scores)),
             ("begin_boundary", rows.begin_boundary.as_deref()),
             ("end_boundary", rows.end_boundary.as_deref()),
         ];
-        out.tops.reserve((t0 + n - start) * 3);
-        let mut top_abs = 0.0f64;
+        let (mut largest, mut top_abs) = (None, 0.0f64);
         for t in start..t0 + n {
             let r = (t - t0) * c;
             for (name, v) in tensors {
@@ -462,10 +479,10 @@ impl RowCheck {
                         (top, at) = (a, j);
                     }
                 }
-                out.tops.push(top);
+                top_of(top);
                 if top > top_abs {
                     top_abs = top;
-                    out.largest = Some(Largest {
+                    largest = Some(Largest {
                         tensor: name,
                         index: vec![self.sequence, t, at],
                         value: v[r + at].as_f64(),
@@ -473,8 +490,16 @@ impl RowCheck {
                 }
             }
         }
-        out.from = t0 + n;
-        Ok(out)
+        Ok((start, t0 + n, largest))
+    }
+
+    /// `l` as the largest entry where it is larger than the one so far.
+    fn take_largest(&mut self, l: Option<Largest>) {
+        if let Some(l) = l
+            && l.value.abs() > self.largest.as_ref().map_or(0.0, |m| m.value.abs())
+        {
+            self.largest = Some(l);
+        }
     }
 
     /// Takes the rows of a [`RowCheck::scan`] that start at the rows seen so far (scans
@@ -487,11 +512,7 @@ impl RowCheck {
         for top in scanned.tops {
             self.bound += top;
         }
-        if let Some(l) = scanned.largest
-            && l.value.abs() > self.largest.as_ref().map_or(0.0, |m| m.value.abs())
-        {
-            self.largest = Some(l);
-        }
+        self.take_largest(scanned.largest);
         self.seen = scanned.from;
     }
 

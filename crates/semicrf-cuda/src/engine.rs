@@ -13,7 +13,6 @@ use crate::kernel::{SemiringId, What};
 use crate::logdomain::spread;
 use crate::outputs::{DeviceOutputs, HostBackward};
 use crate::resident::{DeviceBackward, DevicePotentials, DevicePotentialsBuilder};
-use crate::streamed::SplitReport;
 use crate::streaming::{self, BackwardResults};
 use crate::tuning::tuning;
 
@@ -71,13 +70,6 @@ impl CudaEngine {
         self.pieces = pieces.max(1);
         self.piece_overlap = overlap.max(1);
         self
-    }
-
-    /// How the last split decoding ([`CudaEngine::viterbi_pieces`]) on the calling thread
-    /// went: its attempts, where each piece met the one before, and where the time went.
-    /// Taken: `None` after it, and where no decoding on this thread was split since.
-    pub fn take_last_split() -> Option<SplitReport> {
-        crate::streamed::take_last_split()
     }
 
     /// The pieces and overlap of [`CudaEngine::viterbi_pieces`].

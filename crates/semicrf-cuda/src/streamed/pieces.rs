@@ -33,7 +33,8 @@ use std::time::{Duration, Instant};
 
 use semicrf_core::{Decoded, PotentialSource, Result, Scalar, StreamedPotentials, range};
 
-use super::{MaxForward, trace_in_blocks, trace_rows, upload};
+use super::trace::{MaxForward, trace_in_blocks, trace_rows};
+use super::upload::upload;
 use crate::call::StreamCall;
 use crate::engine::CudaEngine;
 
