@@ -93,7 +93,7 @@ pub struct Config {
     device: Device,
     memory_budget: u64,
     parallelism: Parallelism,
-    viterbi_pieces: (usize, usize),
+    viterbi_pieces: Option<(usize, usize)>,
 }
 
 impl Default for Config {
@@ -103,7 +103,7 @@ impl Default for Config {
             device: Device::Cpu,
             memory_budget: DEFAULT_MEMORY_BUDGET,
             parallelism: Parallelism::Rayon,
-            viterbi_pieces: (1, 1 << 20),
+            viterbi_pieces: None,
         }
     }
 }
@@ -138,15 +138,15 @@ impl Config {
     }
     /// Decodes one long sequence's Viterbi segmentation from a potentials source on CUDA in up
     /// to `pieces` overlapping pieces at once, each starting `overlap` rows before its share
-    /// (default `(1, 2²⁰)`: one sweep); the CPU ignores it. See
+    /// (by default: one sweep); the CPU ignores it. See
     /// `semicrf_cuda::CudaEngine::viterbi_pieces` for how the pieces are verified to give
     /// the one sweep's segments.
     pub fn viterbi_pieces(mut self, pieces: usize, overlap: usize) -> Self {
-        self.viterbi_pieces = (pieces.max(1), overlap.max(1));
+        self.viterbi_pieces = Some((pieces.max(1), overlap.max(1)));
         self
     }
-    /// The pieces and overlap of [`Config::viterbi_pieces`].
-    pub fn get_viterbi_pieces(&self) -> (usize, usize) {
+    /// The pieces and overlap of [`Config::viterbi_pieces`], if set.
+    pub fn get_viterbi_pieces(&self) -> Option<(usize, usize)> {
         self.viterbi_pieces
     }
     /// The backend.

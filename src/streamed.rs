@@ -260,13 +260,15 @@ fn cpu_source<F: Scalar>(
 #[cfg(feature = "cuda")]
 fn cuda_source<F: Scalar>(
     ordinal: usize,
-    (pieces, overlap): (usize, usize),
+    pieces: Option<(usize, usize)>,
     query: &semicrf_core::Query,
     budget: impl Fn(u64) -> Result<()>,
 ) -> Result<SourceChoice> {
     use semicrf_core::EngineInfo;
-    let engine = semicrf_cuda::CudaEngine::new(semicrf_core::Algorithm::Streaming, ordinal)
-        .viterbi_pieces(pieces, overlap);
+    let mut engine = semicrf_cuda::CudaEngine::new(semicrf_core::Algorithm::Streaming, ordinal);
+    if let Some((n, overlap)) = pieces {
+        engine = engine.viterbi_pieces(n, overlap);
+    }
     budget(SourceEngine::<F>::memory_required_streamed(&engine, query)?)?;
     engine.check(query)?;
     Ok(SourceChoice::Cuda(engine))
@@ -277,7 +279,7 @@ fn cuda_source<F: Scalar>(
 #[allow(clippy::extra_unused_type_parameters)]
 fn cuda_source<F: Scalar>(
     _ordinal: usize,
-    _pieces: (usize, usize),
+    _pieces: Option<(usize, usize)>,
     _query: &semicrf_core::Query,
     _budget: impl Fn(u64) -> Result<()>,
 ) -> Result<SourceChoice> {

@@ -42,9 +42,9 @@ pub struct PredictConfig {
     pub gpu_pieces: (usize, usize),
 }
 
-/// The pieces a long sequence is decoded in on a GPU by default: as many as the pipelined
-/// kernels of a 50-label, 8192-duration model fit on an H100 at once
-/// (docs/genes-chr2R.md).
+/// The pieces a long sequence is decoded in on a GPU by default: seven gained nothing on an
+/// H100 at the model's 50 labels and 8192 durations, eight do not fit the pipelined kernels
+/// (docs/cuda.md, "One long sequence in pieces").
 pub const GPU_PIECES: usize = 6;
 
 /// The bases each piece starts before its share by default: more than the longest stretch
@@ -201,7 +201,9 @@ fn report_split(len: usize) {
             .map(|&(lo, _, x)| x.saturating_sub(lo))
             .max();
         eprintln!(
-            "{:.2} Mb decoded in {} pieces at once on the GPU ({} attempt{}; each piece joined              the one before within {:.0} kb of its start); potentials {:.1} s, sweeps {:.1} s,              checks and traceback {:.1} s",
+            "{:.2} Mb decoded in {} pieces at once on the GPU ({} attempt{}; each piece joined \
+             the one before within {:.0} kb of its start); potentials {:.1} s, sweeps {:.1} s, \
+             checks and traceback {:.1} s",
             len as f64 / 1e6,
             r.pieces.len(),
             r.attempts,

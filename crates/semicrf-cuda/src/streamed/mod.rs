@@ -115,7 +115,7 @@ impl CudaEngine {
             return Ok(None);
         };
         let sh = problem.shape();
-        let overlap = overlap.max(4 * sh.max_duration);
+        let overlap = pieces::overlap(overlap, sh.max_duration);
         let n = pieces::count(*len, asked, overlap);
         if n < 2 || problem.shared().has_duration_dependent_transition() || self.edge_form() {
             return Ok(None);
@@ -124,7 +124,7 @@ impl CudaEngine {
         let tensors =
             1 + usize::from(src.has_begin_boundary()) + usize::from(src.has_end_boundary());
         let ranges = pieces::ranges(*len, &vec![overlap; n]);
-        let need = pieces::device_bytes(&ranges, sh.labels, tensors, F::BYTES.min(8) as usize);
+        let need = pieces::device_bytes(&ranges, sh.labels, tensors, F::BYTES as usize);
         let (free, _) = self.memory_info()?;
         Ok((need < free / 10 * 9).then_some(n))
     }

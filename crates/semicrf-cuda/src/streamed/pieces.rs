@@ -66,14 +66,25 @@ pub(crate) fn take_last_split() -> Option<SplitReport> {
     LAST.with(|l| l.borrow_mut().take())
 }
 
+/// The first row of chunk `i` of `n` of a sequence of length `len`: `i·len/n`.
+fn share(i: usize, n: usize, len: usize) -> usize {
+    i * len / n
+}
+
+/// The overlap a piece starts with for `asked` and the longest duration `k`: at least `4·K`,
+/// room for `K` parallel rows and for the paths to meet before them.
+pub(crate) fn overlap(asked: usize, k: usize) -> usize {
+    asked.max(4 * k)
+}
+
 /// The first and last row (exclusive) of each of `n` pieces of a sequence of length `len`:
-/// chunk `i` is `[i·len/n, (i + 1)·len/n)`, its piece starts `overlaps[i]` rows before it
+/// chunk `i` is `[share(i), share(i + 1))`, its piece starts `overlaps[i]` rows before it
 /// (at 0 at the earliest).
 pub(crate) fn ranges(len: usize, overlaps: &[usize]) -> Vec<(usize, usize)> {
     let n = overlaps.len();
     (0..n)
         .map(|i| {
-            let (p, q) = (i * len / n, (i + 1) * len / n);
+            let (p, q) = (share(i, n, len), share(i + 1, n, len));
             (p.saturating_sub(overlaps[i]), q)
         })
         .collect()
@@ -227,8 +238,8 @@ pub(crate) fn decode(
             .expect("piece 0 is read from row 0")
     };
     let fetch = |lo: usize, hi: usize| -> Result<(Vec<i32>, Vec<i32>)> {
-        let (mut d, mut l) = (Vec::with_capacity((hi - lo) * c), Vec::new());
-        l.reserve((hi - lo) * c);
+        let mut d = Vec::with_capacity((hi - lo) * c);
+        let mut l = Vec::with_capacity((hi - lo) * c);
         let mut r = lo;
         while r < hi {
             let p = owner(r);
@@ -323,7 +334,7 @@ pub(crate) fn attempt(
 }
 
 /// Attempts ([`attempt`], through `run` on each split) from `overlap` rows before each of
-/// `n` chunks of a sequence of length `len` (at least `4·K`), each again with twice the
+/// `n` chunks of a sequence of length `len` (at least [`overlap`]'s), each again with twice the
 /// overlap before the pieces that did not meet: a piece that starts at row 0 is verified,
 /// so this ends.
 pub(crate) fn in_pieces(
@@ -332,7 +343,7 @@ pub(crate) fn in_pieces(
     overlap: usize,
     mut run: impl FnMut(&[(usize, usize)]) -> Result<Outcome<Decoded>>,
 ) -> Result<Decoded> {
-    let mut overlaps = vec![overlap.max(4 * k); n];
+    let mut overlaps = vec![self::overlap(overlap, k); n];
     loop {
         match run(&ranges(len, &overlaps))? {
             Ok(d) => return Ok(d),
@@ -386,7 +397,7 @@ pub(crate) fn viterbi<F: Scalar, P: PotentialSource<F> + ?Sized>(
         let out = attempt(&s, ranges, (len, k, c), (tol, blocks), &up.model.en);
         report.check += clock.elapsed();
         report.attempts += 1;
-        let shares = (0..ranges.len()).map(|i| i * len / ranges.len());
+        let shares = (0..ranges.len()).map(|i| share(i, ranges.len(), len));
         report.pieces = ranges
             .iter()
             .zip(shares)
